@@ -1,0 +1,116 @@
+"""The model's options: fairseq's TransformerConfig, flattened, plus the scheme options.
+
+fairseq's ``TransformerConfig`` nests ``encoder`` / ``decoder`` / ``quant_noise``
+sub-configs. fairseq only ever registers it through the legacy argparse model,
+and its argparse-to-hydra conversion cannot handle the nesting for a model
+registered with a dataclass (it emits ``model.encoder=<class ...>``). So the
+options are exposed flat -- ``encoder_embed_dim``, ``decoder_layers`` ... exactly
+the names of fairseq's ``--encoder-embed-dim`` style flags -- in one dataclass
+generated field by field from fairseq's own (same types, defaults and help), so
+nothing is copied by hand and both ``fairseq-train`` flags and hydra YAML work.
+``to_transformer_config`` turns it back into fairseq's nested config for the
+encoder/decoder classes.
+"""
+import dataclasses
+from argparse import Namespace
+from dataclasses import MISSING, field, fields, make_dataclass
+
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.models.transformer import TransformerConfig
+from fairseq.models.transformer.transformer_config import (
+    DecoderConfig,
+    EncDecBaseConfig,
+    QuantNoiseConfig,
+)
+from omegaconf import II, DictConfig, OmegaConf
+
+from .schemes import SCHEMES
+
+_NESTED = {"encoder": EncDecBaseConfig, "decoder": DecoderConfig, "quant_noise": QuantNoiseConfig}
+
+
+def _copy_field(name, f, default=MISSING):
+    kwargs = {"metadata": dict(f.metadata)}
+    if default is not MISSING:
+        kwargs["default"] = default
+    elif f.default_factory is not MISSING:
+        kwargs["default_factory"] = f.default_factory
+    else:
+        kwargs["default"] = f.default
+    return (name, f.type, field(**kwargs))
+
+
+def _flat_transformer_fields():
+    out = []
+    for f in fields(TransformerConfig):
+        sub = _NESTED.get(f.name)
+        if sub is None:
+            out.append(_copy_field(f.name, f))
+            continue
+        for g in fields(sub):
+            name = f"{f.name}_{g.name}"
+            if name in ("decoder_input_dim", "decoder_output_dim"):
+                # fairseq's nested default points at model.decoder.embed_dim
+                out.append(_copy_field(name, g, default=II("model.decoder_embed_dim")))
+            else:
+                out.append(_copy_field(name, g))
+    return out
+
+
+_SCHEME_FIELDS = [
+    (
+        "residual_scheme",
+        ChoiceEnum(list(SCHEMES)),
+        field(
+            default="residual",
+            metadata={
+                "help": "how sub-layer outputs are combined: "
+                + "; ".join(f"{s.name} = {s.summary}" for s in SCHEMES.values())
+            },
+        ),
+    ),
+    (
+        "dual_stream_scale",
+        float,
+        field(
+            default=1.0,
+            metadata={
+                "help": "ResiDual only: constant s multiplying what is added to the dual "
+                "stream x^d (keeps x^d inside fp16 range in deep models; the authors use "
+                "0.05 for OPUS-100 and 1.0 elsewhere); LN is scale invariant, so the "
+                "function does not depend on s beyond LN's epsilon"
+            },
+        ),
+    ),
+]
+
+ResidualTransformerConfig = make_dataclass(
+    "ResidualTransformerConfig",
+    _flat_transformer_fields() + _SCHEME_FIELDS,
+    bases=(FairseqDataclass,),
+)
+ResidualTransformerConfig.__module__ = __name__
+ResidualTransformerConfig.__doc__ = "Options of ``--arch residual_transformer`` (flat names)."
+
+
+def to_transformer_config(cfg) -> TransformerConfig:
+    """fairseq's nested TransformerConfig from the flat options (Namespace, DictConfig or dataclass).
+
+    Keys that TransformerConfig does not declare (``residual_scheme`` ...) are kept
+    as attributes, as fairseq does for the legacy transformer.
+    """
+    if isinstance(cfg, DictConfig):
+        values = OmegaConf.to_container(cfg, resolve=True)
+    elif dataclasses.is_dataclass(cfg):
+        values = dataclasses.asdict(cfg)
+    else:
+        values = dict(vars(cfg))
+    defaults = {name: f.default for name, _, f in _SCHEME_FIELDS}
+    for key, value in defaults.items():
+        values.setdefault(key, value)
+    embed = values.get("decoder_embed_dim") or 512
+    for key in ("decoder_input_dim", "decoder_output_dim"):
+        if values.get(key) is None or isinstance(values.get(key), str):
+            values[key] = embed
+    values["residual_scheme"] = str(values["residual_scheme"])
+    return TransformerConfig.from_namespace(Namespace(**values))

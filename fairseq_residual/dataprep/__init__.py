@@ -1,0 +1,1 @@
+"""Data preparation: raw parallel text -> tokenised -> subwords -> fairseq data-bin."""

@@ -1,0 +1,29 @@
+"""Residual schemes: one small module per scheme, registered here by name.
+
+Adding a scheme: write a ``ResidualScheme`` subclass in its own module, add it to
+``SCHEMES`` below, and it becomes a ``--residual-scheme`` choice everywhere.
+"""
+from typing import Dict
+
+from ..errors import ConfigError
+from .base import ResidualScheme
+from .post_ln import PostLN
+from .pre_ln import PreLN
+from .residual import ResiDual
+
+SCHEMES: Dict[str, ResidualScheme] = {s.name: s for s in (PostLN(), PreLN(), ResiDual())}
+
+
+class UnknownSchemeError(ConfigError):
+    pass
+
+
+def get_scheme(name) -> ResidualScheme:
+    name = str(name)
+    try:
+        return SCHEMES[name]
+    except KeyError:
+        raise UnknownSchemeError(
+            f"unknown residual scheme {name!r}; choose one of: {', '.join(SCHEMES)} "
+            "(--residual-scheme / model.residual_scheme)"
+        ) from None
