@@ -2,14 +2,16 @@
 
 Use it as ``--user-dir fairseq_residual`` (or ``common.user_dir`` with hydra);
 importing the package registers the ``residual_transformer`` model and presets,
-allows fairseq's checkpoint contents through torch's safe loader, and makes
+allows fairseq's checkpoint contents through torch's safe loader, keeps the
+last batch that fairseq's batching drops (see ``batching_fix``), and makes
 user errors print as one line.
 """
-from . import checkpoint_loading, errors
+from . import batching_fix, checkpoint_loading, errors
 from . import model  # noqa: F401  (registers the model)
 from . import architectures  # noqa: F401  (registers the presets)
 
 checkpoint_loading.allow_fairseq_checkpoints()
+batching_fix.apply()
 errors.install_excepthook()
 
 __version__ = "0.1.0"
