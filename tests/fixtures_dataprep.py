@@ -1,0 +1,236 @@
+"""Small archives with the layout and formats of the real releases, for the data-prep tests.
+
+* IWSLT-14 ``de-en.tgz``: ``de-en/train.tags.de-en.{de,en}`` (talk metadata lines
+  ``<url>``, ``<keywords>``, ``<talkid>``, ``<title>``, ``<description>`` around the
+  text) and the five XML test sets with ``<seg id="N">`` lines.
+* WMT'14: europarl-v7 / commoncrawl / news-commentary-v12 training tarballs,
+  the WMT17 ``dev.tgz`` (SGML newstest2010-2016, both naming schemes) and
+  ``test-full.tgz`` (newstest2014 SGML).
+* OPUS-100 v1.0: one ``opus-100-corpus-<pair>-v1.0.tar.gz`` per pair, holding
+  ``opus-100-corpus/v1.0/supervised/<pair>/opus.<pair>-{train,dev,test}.<lang>``.
+
+Every sentence pair carries its id as a number on both sides, so tests can
+check alignment and disjointness after tokenisation and subwords. The builders
+return the counts the recipes must produce.
+"""
+import hashlib
+import io
+import json
+import random
+import tarfile
+from pathlib import Path
+
+DE = "der die das und ist nicht ein eine wir sie haus welt zeit leben wasser stadt kind frage menschen arbeit".split()
+EN = "the a and is not we they house world time life water city child question people work of to in".split()
+FR = "le la les et est pas un une nous ils maison monde temps vie eau ville enfant question gens travail".split()
+YO = "ati ni ko si awa won ile aye igba aye omi ilu omo ibeere eniyan ise ti fun ninu bi".split()
+WORDS = {"de": DE, "en": EN, "fr": FR, "yo": YO}
+
+
+def sentence(lang, ident, rng, n_words, punct="."):
+    words = [rng.choice(WORDS[lang]) for _ in range(n_words)]
+    return " ".join([words[0].capitalize(), str(ident)] + words[1:]) + punct
+
+
+def pair(ident, rng, lo=4, hi=14, langs=("de", "en")):
+    n = rng.randint(lo, hi)
+    return {lang: sentence(lang, ident, rng, n) for lang in langs}
+
+
+def make_tgz(path: Path, files: dict):
+    """A gzipped tarball holding ``files`` (archive path -> text), deterministic bytes."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(path, "w:gz", format=tarfile.GNU_FORMAT) as tar:
+        for name in sorted(files):
+            data = files[name].encode("utf-8")
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), 0, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return path
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def write_checksums(path: Path, archives, extra=None):
+    """A checksums file for the fixture archives (the real ones' checksums cannot match them)."""
+    entries = {a.name: {"url": f"https://example.invalid/{a.name}", "size": a.stat().st_size, "sha256": sha256(a)}
+               for a in archives}
+    entries.update(extra or {})
+    path.write_text(json.dumps({"archives": entries}, indent=1))
+    return path
+
+
+# ---------------------------------------------------------------- IWSLT-14
+
+IWSLT_TEST_SETS = ("IWSLT14.TED.dev2010", "IWSLT14.TEDX.dev2012", "IWSLT14.TED.tst2010",
+                   "IWSLT14.TED.tst2011", "IWSLT14.TED.tst2012")
+
+
+def build_iwslt(root: Path, talks=4, lines_per_talk=120, seed=1):
+    """``de-en.tgz`` and the counts the recipe implies for it."""
+    rng = random.Random(seed)
+    train = {"de": [], "en": []}
+    kept = 0  # lines that survive the tag filter and the 1-175 / 1.5 cleaning
+    ident = 0
+    for t in range(1, talks + 1):
+        meta = {
+            "de": [f"<url>http://www.ted.com/talks/lang/de/talk_{t}.html</url>",
+                   "<keywords>talks, wasser, welt</keywords>", f"<talkid>{t}</talkid>",
+                   f"<title>Sprecherin {90000 + t}: Das Haus</title>",
+                   f"<description>TED Talk Untertitel und Transkript: Vortrag {91000 + t}.</description>"],
+            "en": [f"<url>http://www.ted.com/talks/talk_{t}.html</url>",
+                   "<keywords>talks, water, world</keywords>", f"<talkid>{t}</talkid>",
+                   f"<title>Speaker {90000 + t}: The house</title>",
+                   f"<description>TED Talk Subtitles and Transcript: Talk {91000 + t}.</description>"],
+        }
+        for lang in ("de", "en"):
+            train[lang] += meta[lang]
+        kept += 2  # title and description lines stay, without their tags
+        for k in range(lines_per_talk):
+            ident += 1
+            p = pair(ident, rng)
+            if k == 5:  # too long for 1-175 tokens
+                p = {lang: sentence(lang, ident, rng, 190) for lang in ("de", "en")}
+            elif k == 9:  # length ratio above 1.5
+                p = {"de": sentence("de", ident, rng, 3), "en": sentence("en", ident, rng, 20)}
+            elif k == 13:  # empty on both sides
+                p = {"de": "", "en": ""}
+            else:
+                kept += 1
+            if k == 2:  # quotes and apostrophes, escaped by the Moses tokenizer
+                p = {"de": f'Sie sagte " {ident} " und das ist es.', "en": f"She said \" {ident} \" and it's that."}
+            for lang in ("de", "en"):
+                train[lang].append(p[lang])
+    files = {f"de-en/train.tags.de-en.{lang}": "\n".join(train[lang]) + "\n" for lang in ("de", "en")}
+    test_pairs = 0
+    for s, name in enumerate(IWSLT_TEST_SETS):
+        segs = [pair(100000 + 1000 * s + i, rng) for i in range(1, 7)]
+        segs[0] = {"de": f"Es ist {100000 + 1000 * s + 1} Uhr.", "en": f"It\u2019s {100000 + 1000 * s + 1} o'clock."}
+        test_pairs += len(segs)
+        for lang, tag, extra in (("de", "srcset", 'srclang="german"'), ("en", "refset", 'srclang="german" trglang="english" refid="ref"')):
+            body = ['<?xml version="1.0" encoding="UTF-8"?>', "<mteval>", f'<{tag} setid="iwslt2014-{name}" {extra}>',
+                    '<doc docid="535" genre="lectures">', "<url>http://www.ted.com/talks/x.html</url>",
+                    "<description>A talk about <b>things</b>.</description>", "<keywords>talks</keywords>",
+                    "<talkid>535</talkid>", "<title>A title</title>"]
+            body += [f'<seg id="{i}"> {seg[lang]} </seg>' for i, seg in enumerate(segs, start=1)]
+            body += ["</doc>", f"</{tag}>", "</mteval>"]
+            files[f"de-en/{name}.de-en.{lang}.xml"] = "\n".join(body) + "\n"
+    files["de-en/README"] = "IWSLT 2014 de-en fixture\n"
+    archive = make_tgz(root / "de-en.tgz", files)
+    valid = kept // 23
+    return archive, {"train": kept - valid, "valid": valid, "test": test_pairs}
+
+
+# ---------------------------------------------------------------- WMT'14
+
+
+def _sgm(setid, lang, role, segs):
+    tag = "srcset" if role == "src" else "refset"
+    lines = [f'<{tag} setid="{setid}" srclang="any"' + ("" if role == "src" else f' trglang="{lang}"') + ">",
+             '<doc sysid="ref" docid="1012-bbc" genre="news" origlang="en">', "<p>"]
+    lines += [f'<seg id="{i}">{s}</seg>' for i, s in enumerate(segs, start=1)]
+    lines += ["</p>", "</doc>", f"</{tag}>"]
+    return "\n".join(lines) + "\n"
+
+
+WMT_DEV_YEARS = (2010, 2011, 2012, 2013, 2015, 2016)
+
+
+def build_wmt(root: Path, per_corpus=150, seed=2):
+    """The five WMT'14 archives fairseq's recipe uses, and the counts the recipe implies."""
+    rng = random.Random(seed)
+    ident, kept = 0, 0
+    corpora = {}
+    for name in ("europarl-v7", "commoncrawl", "news-commentary-v12"):
+        sides = {"de": [], "en": []}
+        for k in range(per_corpus):
+            ident += 1
+            p = pair(ident, rng, 4, 12)
+            if k == 7:
+                p = {"de": "", "en": ""}  # europarl's paragraph breaks
+            elif k == 11:
+                p = {lang: sentence(lang, ident, rng, 300) for lang in ("de", "en")}  # over 250 tokens
+            elif k == 17:
+                p = {"de": sentence("de", ident, rng, 2), "en": sentence("en", ident, rng, 24)}  # ratio
+            else:
+                kept += 1
+            if k == 3:  # punctuation normalisation and a control character
+                p = {"de": f"\u201eDas Haus\u201c ist {ident} \u2013 gut\u00a0!\x07",
+                     "en": f"\u201cThe house\u201d is {ident} \u2013 good\u00a0!\x07"}
+            for lang in ("de", "en"):
+                sides[lang].append(p[lang])
+        corpora[name] = sides
+    files = {
+        "training-parallel-europarl-v7.tgz": {
+            **{f"training/europarl-v7.de-en.{l}": "\n".join(corpora["europarl-v7"][l]) + "\n" for l in ("de", "en")},
+            "training/europarl-v7.fr-en.fr": "Bonjour.\n", "training/europarl-v7.fr-en.en": "Hello.\n"},
+        "training-parallel-commoncrawl.tgz": {
+            **{f"commoncrawl.de-en.{l}": "\n".join(corpora["commoncrawl"][l]) + "\n" for l in ("de", "en")},
+            "commoncrawl.fr-en.fr": "Bonjour.\n", "commoncrawl.fr-en.en": "Hello.\n"},
+        "training-parallel-nc-v12.tgz": {
+            f"training/news-commentary-v12.de-en.{l}": "\n".join(corpora["news-commentary-v12"][l]) + "\n"
+            for l in ("de", "en")},
+    }
+    test_sizes = {}
+    dev = {}
+    for y in WMT_DEV_YEARS + (2014,):
+        segs = [pair(200000 + 1000 * (y - 2000) + i, rng, 3, 10) for i in range(1, 5 + y % 3)]
+        segs[0] = {"de": f"Er sagt, es ist {200000 + 1000 * (y - 2000) + 1}\u2019s Haus.",
+                   "en": f"He says it\u2019s the {200000 + 1000 * (y - 2000) + 1} house."}
+        test_sizes[f"newstest{y}"] = len(segs)
+        for lang in ("de", "en"):
+            other = [s[lang] for s in segs]
+            if y <= 2013:  # multi-way sets: newstestYYYY-{src,ref}.LANG.sgm
+                for role in ("src", "ref"):
+                    dev[f"dev/newstest{y}-{role}.{lang}.sgm"] = _sgm(f"newstest{y}", lang, role, other)
+            else:  # newstestYYYY-{deen,ende}-{src,ref}.LANG.sgm
+                for direction, src_lang in (("deen", "de"), ("ende", "en")):
+                    role = "src" if lang == src_lang else "ref"
+                    dev[f"dev/newstest{y}-{direction}-{role}.{lang}.sgm"] = _sgm(f"newstest{y}", lang, role, other)
+        if y == 2014:
+            files["test-full.tgz"] = {
+                f"test-full/newstest2014-deen-{'src' if lang == 'de' else 'ref'}.{lang}.sgm":
+                    _sgm("newstest2014", lang, "src" if lang == "de" else "ref", [s[lang] for s in segs])
+                for lang in ("de", "en")}
+            files["test-full.tgz"].update({
+                f"test-full/newstest2014-deen-{'ref' if lang == 'de' else 'src'}.{lang}.sgm":
+                    _sgm("newstest2014", lang, "ref" if lang == "de" else "src", [s[lang] for s in segs])
+                for lang in ("de", "en")})
+    dev["dev/newstest2013.de"] = "plain text copy\n"
+    files["dev.tgz"] = dev
+    archives = [make_tgz(root / name, content) for name, content in files.items()]
+    return archives, {"train": kept, "tests": test_sizes}
+
+
+# ---------------------------------------------------------------- OPUS-100
+
+OPUS_TRAIN_ONLY = {"yo"}
+
+
+def build_opus(root: Path, langs=("de", "fr", "yo"), train=120, dev=12, test=12, seed=3):
+    rng = random.Random(seed)
+    archives, sizes = [], {}
+    ident = 300000
+    for lang in langs:
+        pair_name = "-".join(sorted([lang, "en"]))
+        files = {}
+        splits = {"train": train} if lang in OPUS_TRAIN_ONLY else {"train": train, "dev": dev, "test": test}
+        for split, n in splits.items():
+            rows = []
+            for _ in range(n):
+                ident += 1
+                rows.append(pair(ident, rng, 3, 10, langs=(lang, "en")))
+            for side in (lang, "en"):
+                files[f"opus-100-corpus/v1.0/supervised/{pair_name}/opus.{pair_name}-{split}.{side}"] = (
+                    "\n".join(r[side] for r in rows) + "\n")
+        sizes[pair_name] = splits
+        archives.append(make_tgz(root / f"opus-100-corpus-{pair_name}-v1.0.tar.gz", files))
+    return archives, sizes
+
+
+def write_parallel(prefix: Path, rows, langs):
+    prefix.parent.mkdir(parents=True, exist_ok=True)
+    for lang in langs:
+        Path(f"{prefix}.{lang}").write_text("".join(r[lang] + "\n" for r in rows), encoding="utf-8")
