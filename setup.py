@@ -21,6 +21,7 @@ setup(
     license="MIT",
     python_requires=">=3.8",
     packages=find_packages(include=["fairseq_residual", "fairseq_residual.*"]),
+    package_data={"fairseq_residual.dataprep": ["checksums.json"]},
     install_requires=[
         "torch==2.13.0",
         "fairseq-fixed==0.12.3.1; python_version >= '3.11'",
