@@ -1,0 +1,123 @@
+"""The whole chain on the demo data-bin: train two schemes, average, generate, score, tables.
+
+Two IWSLT-14 cells (Post-LN and ResiDual, E6D6) are shrunk with hydra overrides to
+a few CPU seconds; the tables must mark them as not the paper's setting. A third
+cell gets a diverged training log: it must read "fails", as in the paper.
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+from conftest import ROOT
+from repro_helpers import SCRIPTS, TINY
+
+from fairseq_residual.repro import cli, scoring
+
+CELLS = ("iwslt14/post/e6d6", "iwslt14/residual/e6d6")
+SHRINK = [*TINY, "model.encoder_layers=2", "model.decoder_layers=2", "optimization.max_epoch=3",
+          "optimization.lr=[0.002]", "lr_scheduler.warmup_updates=8"]  # fmt: skip
+
+NAN_LOG = "".join(
+    f"[2026-01-01][train_inner][INFO] - epoch 001:  {u} / 90 loss={x}, nll_loss=1, num_updates={u}, lr=0.001\n"
+    for u, x in ((10, 11.2), (20, 9.8), (30, "nan"), (40, "nan"))
+)
+EXPLODING_LOG = "".join(
+    f"[2026-01-01][train_inner][INFO] - epoch 001:  {u} / 90 loss={x}, nll_loss=1, num_updates={u}, lr=0.001\n"
+    for u, x in ((10, 11.0), (20, 9.0), (30, 8.0), (40, 7.5), (50, 21.0))
+)
+
+
+def run_all(commands, cwd):
+    """Run the commands side by side (each is mostly single-threaded start-up)."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    procs = [subprocess.Popen(c, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for c in commands]
+    outputs = [p.communicate()[0] for p in procs]
+    for c, p, out in zip(commands, procs, outputs):
+        assert p.returncode == 0, f"{' '.join(c)} failed:\n{out[-4000:]}"
+    return outputs
+
+
+@pytest.fixture(scope="module")
+def chain(demo_databin, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("chain")
+    work, results = tmp / "work", tmp / "results"
+    common = ["--work", str(work), "--results", str(results), "--data", str(demo_databin.databin), "--cpu"]
+    train_out = run_all([["bash", str(SCRIPTS / "train.sh"), "--cell", c, *common, "--", *SHRINK] for c in CELLS], tmp)
+    eval_out = run_all([["bash", str(SCRIPTS / "evaluate.sh"), "--cell", c, *common, "--average", "2"] for c in CELLS], tmp)
+
+    diverged = work / "iwslt14" / "post" / "e12d12"
+    diverged.mkdir(parents=True)
+    (diverged / "train.log").write_text(NAN_LOG)
+    assert cli.main(["evaluate", "--cell", "iwslt14/post/e12d12", "--work", str(work), "--results", str(results)]) == 0
+    exploding = work / "iwslt14" / "pre" / "e12d12" / "nowarmup"  # trained, never evaluated
+    exploding.mkdir(parents=True)
+    (exploding / "train.log").write_text(EXPLODING_LOG)
+
+    tables = tmp / "tables.md"
+    subprocess.run([sys.executable, str(SCRIPTS / "make_tables.py"), "--results", str(results), "--work", str(work),
+                    "--out", str(tables)], check=True, capture_output=True)  # fmt: skip
+    return dict(work=work, results=results, tables=tables.read_text(), train_out=train_out, eval_out=eval_out)
+
+
+def test_training_runs_the_cells_config_and_logs_to_the_cells_folder(chain):
+    for cell, out in zip(CELLS, chain["train_out"]):
+        cell_dir = chain["work"] / cell
+        assert "effective batch: 1 GPU x 4096 max tokens x update_freq 1 = 4,096 tokens per update" in out
+        assert "training from the start" in out
+        assert (cell_dir / "train.done").is_file()
+        epochs = sorted(p.name for p in cell_dir.glob("checkpoint[0-9]*.pt"))
+        assert epochs == ["checkpoint1.pt", "checkpoint2.pt", "checkpoint3.pt"]
+        log = (cell_dir / "train.log").read_text()
+        assert f"model.residual_scheme={cell.split('/')[1]}" in log.splitlines()[0]  # the launch line
+        assert "done training" in log
+        (launch,) = json.loads((cell_dir / "launch.json").read_text())
+        assert launch["returncode"] == 0 and launch["launcher"] == "single"
+
+
+def test_evaluation_averages_generates_and_scores_as_the_paper(chain):
+    for cell, out in zip(CELLS, chain["eval_out"]):
+        record = json.loads((chain["results"] / f"{cell}.json").read_text())
+        assert record["status"] == "measured" and record["cell"] == cell
+        assert [p.rsplit("/", 1)[1] for p in record["checkpoints"]] == ["checkpoint2.pt", "checkpoint3.pt"]
+        assert record["averaged_checkpoint"].endswith("checkpoint.average2.pt")
+        scores = record["scores"]
+        assert scores["sentences"] == 40  # every test pair decoded
+        # the figure is fairseq-generate's tokenised BLEU after BPE removal; recomputing it agrees
+        gen = scoring.parse_generate((chain["work"] / cell / "evaluation" / "generate-test.txt").read_text())
+        assert scores["bleu"] == gen.fairseq_bleu == scoring.tokenized_bleu(gen.hypotheses, gen.references)[0]
+        assert "@@" not in " ".join(gen.hypotheses + gen.references)
+        assert 0.0 <= scores["sacrebleu"] <= 100.0 and scores["sacrebleu_signature"].startswith("nrefs:1|")
+        assert "--beam 5" in record["evaluation"]["commands"][0]
+        assert "fairseq-generate" in record["scoring"] and "scored as:" in out
+        training = record["training"]
+        assert training["gpus"] == 1 and training["cpu"] and training["wall_seconds"] > 0
+        assert "model.encoder_layers=2" in training["command"]
+        assert training["deviations"][0].startswith("overrides: task.source_lang=src ")
+        assert "model.encoder_layers=2" in training["deviations"][0] and training["deviations"][1] == "trained on CPU"
+        assert set(record["versions"]) >= {"fairseq", "torch", "sacrebleu"} and len(record["git_commit"]) >= 40
+
+
+def test_a_diverged_training_is_reported_as_fails(chain):
+    record = json.loads((chain["results"] / "iwslt14/post/e12d12.json").read_text())
+    assert record["status"] == "fails" and "NaN" in record["divergence"]
+    table = chain["tables"]
+    # the IWSLT-14 table: Post-LN E12D12 fails here as in the paper
+    assert re.search(r"^\| Post-LN \| [0-9.]+ † \| 35\.37 \| [+-][0-9.]+ \| fails \| fails \| both fail \|$", table, re.M)
+    # the ablation: Pre-LN without warmup, E12D12, detected from the log alone
+    assert re.search(r"^\| Pre-LN \| no \| not run \| 32\.28 \|  \| fails \| 31\.82 \| fails here only \|$", table, re.M)
+
+
+def test_the_tables_put_measured_beside_the_paper_and_mark_non_paper_runs(chain):
+    table = chain["tables"]
+    bleu = json.loads((chain["results"] / "iwslt14/residual/e6d6.json").read_text())["scores"]["bleu"]
+    row = re.search(r"^\| ResiDual \| ([0-9.]+) † \| 35\.63 \| ([+-][0-9.]+) \| not run \| 36\.09 \|  \|$", table, re.M)
+    assert row and float(row[1]) == bleu and float(row[2]) == pytest.approx(bleu - 35.63, abs=0.006)
+    assert "| Admin |" in table and "| DeepNet (100 layers) | not run | 29.0 |" in table
+    assert "† not the paper's setting, not a reproduction:" in table
+    assert re.search(r"^- `iwslt14/residual/e6d6`: overrides: .*model.encoder_layers=2.*; trained on CPU$", table, re.M)
+    assert str(ROOT) not in table  # no machine paths in the published tables

@@ -1,0 +1,119 @@
+"""Launch commands: the paper's effective batch on any GPU count, torchrun / srun, ranks, resume."""
+import shlex
+
+import pytest
+
+from repro_helpers import launch_args
+
+from fairseq_residual.errors import ConfigError
+from fairseq_residual.repro import distributed_train, launch
+from fairseq_residual.repro.distributed_train import ProcessRank, distributed_overrides, process_rank
+from fairseq_residual.repro.launch import derive_batch
+
+
+@pytest.mark.parametrize(
+    "gpus, ref, expected",
+    [
+        (1, (4096, 1), (4096, 1)),     # IWSLT-14 on one GPU: the config as published
+        (2, (4096, 1), (2048, 1)),     # update_freq is already 1: max_tokens shrinks
+        (4, (4096, 1), (1024, 1)),
+        (4, (4096, 16), (4096, 4)),    # WMT / OPUS-100: update_freq shrinks
+        (16, (4096, 16), (4096, 1)),   # 2 nodes x 8 GPUs
+        (32, (4096, 16), (2048, 1)),
+    ],
+)
+def test_update_freq_is_derived_to_keep_the_papers_effective_batch(gpus, ref, expected):
+    batch = derive_batch(gpus, *ref)
+    assert (batch.max_tokens, batch.update_freq) == expected
+    assert batch.tokens == ref[0] * ref[1] == gpus * batch.max_tokens * batch.update_freq
+    assert f"= {batch.tokens:,} tokens per update" in batch.describe() and "WARNING" not in batch.describe()
+
+
+def test_a_batch_that_cannot_be_kept_is_refused_or_flagged():
+    with pytest.raises(ConfigError, match="cannot be split evenly over 3 GPUs"):
+        derive_batch(3, 4096, 16)
+    with pytest.raises(ConfigError, match="over 8 GPUs"):
+        derive_batch(8, 4096, 1)  # would need 512 tokens per GPU
+    assert (derive_batch(8, 4096, 16, max_tokens=2048).update_freq) == 4
+    chosen = derive_batch(8, 4096, 16, max_tokens=4096, update_freq=4)
+    assert chosen.tokens == 131072 and "WARNING: differs from the paper's effective batch" in chosen.describe()
+    # the authors' GPU count is not published: assuming 8 multiplies their batch by 8
+    assert derive_batch(8, 4096, 16, ref_gpus=8).update_freq == 16
+
+
+def test_commands_for_one_gpu_one_node_several_nodes_and_slurm(tmp_path):
+    single = launch.plan_launch(launch_args("wmt14/residual/e6d6", tmp_path), environ={})
+    assert single.launcher == "single"
+    assert single.command[1:3] == ["-m", launch.ENTRY]
+    assert "optimization.update_freq=[16]" in single.command and "dataset.max_tokens=4096" in single.command
+    assert "distributed_training.distributed_world_size" not in " ".join(single.command)  # set per process
+
+    node = launch.plan_launch(launch_args("wmt14/residual/e6d6", tmp_path, gpus=8), environ={})
+    assert node.launcher == "torchrun"
+    assert node.command[1:6] == ["-m", "torch.distributed.run", "--standalone", "--nnodes=1", "--nproc-per-node=8"]
+    assert "optimization.update_freq=[2]" in node.command
+
+    with pytest.raises(ConfigError, match="--node-rank"):
+        launch.plan_launch(launch_args("wmt14/residual/e6d6", tmp_path, gpus=8, nodes=2), environ={})
+    multi = launch.plan_launch(
+        launch_args("wmt14/residual/e6d6", tmp_path, gpus=8, nodes=2, node_rank=1, master_addr="node0"), environ={})
+    assert multi.command[3:7] == ["--nnodes=2", "--node-rank=1", "--master-addr=node0", "--master-port=29500"]
+    assert "optimization.update_freq=[1]" in multi.command
+
+    slurm = launch.plan_launch(
+        launch_args("wmt14/residual/e18d18", tmp_path, gpus=8, nodes=2, master_addr="gpu-a01"),
+        environ={"SLURM_JOB_ID": "42"},
+    )
+    assert slurm.launcher == "srun" and slurm.env == {"MASTER_ADDR": "gpu-a01", "MASTER_PORT": "29500"}
+    assert slurm.command[:4] == ["srun", "--nodes=2", "--ntasks-per-node=8", "--kill-on-bad-exit=1"]
+    assert slurm.command[5:9] == ["-m", launch.ENTRY, "--ranks-from", "slurm"]
+    assert shlex.split(slurm.shell())[:2] == ["MASTER_ADDR=gpu-a01", "MASTER_PORT=29500"]
+
+
+def test_each_process_takes_its_rank_from_torchrun_or_srun():
+    torchrun = {"RANK": "5", "WORLD_SIZE": "16", "LOCAL_RANK": "1", "MASTER_ADDR": "n0", "MASTER_PORT": "1"}
+    assert process_rank(torchrun, None) == ProcessRank(5, 16, 1)
+    slurm = {"SLURM_PROCID": "9", "SLURM_NTASKS": "16", "SLURM_LOCALID": "1"}
+    assert process_rank(slurm, "slurm") == ProcessRank(9, 16, 1)
+    assert process_rank({}, None) == ProcessRank(0, 1, 0)
+    with pytest.raises(SystemExit, match="SLURM_PROCID"):
+        process_rank({}, "slurm")
+    assert distributed_train.split_argv(["--ranks-from", "slurm", "a=b"]) == ("slurm", ["a=b"])
+
+
+def test_fairseq_is_told_the_rank_world_size_and_device_explicitly():
+    gpu = distributed_overrides(ProcessRank(5, 16, 1), cpu=False)
+    assert "distributed_training.distributed_world_size=16" in gpu
+    assert "distributed_training.distributed_rank=5" in gpu and "distributed_training.device_id=1" in gpu
+    # env:// makes fairseq skip infer_init_method (which ignores torchrun when its world size is 1)
+    assert "distributed_training.distributed_init_method=env://" in gpu
+    assert "distributed_training.distributed_no_spawn=true" in gpu
+    assert not any("gloo" in o or "legacy_ddp" in o for o in gpu)  # NCCL and PyTorch DDP on GPUs
+    cpu = distributed_overrides(ProcessRank(1, 2, 1), cpu=True)
+    assert "distributed_training.distributed_backend=gloo" in cpu and "distributed_training.ddp_backend=legacy_ddp" in cpu
+    assert "distributed_training.device_id=0" in cpu
+    # one process: world size 1, so fairseq does not spawn one process per visible GPU
+    assert distributed_overrides(ProcessRank(0, 1, 0), cpu=False) == ["distributed_training.distributed_world_size=1"]
+
+
+def test_training_resumes_from_the_cells_checkpoint_last_and_skips_finished_cells(tmp_path, capsys):
+    args = launch_args("iwslt14/pre/e6d6", tmp_path, gpus=2)
+    assert launch.train(args) == 0
+    out = capsys.readouterr().out
+    assert "training from the start" in out and "effective batch: 2 GPUs x 2048 max tokens x update_freq 1" in out
+    cell_dir = tmp_path / "iwslt14" / "pre" / "e6d6"
+    assert not cell_dir.exists()  # a dry run writes nothing
+
+    cell_dir.mkdir(parents=True)
+    (cell_dir / "checkpoint_last.pt").write_bytes(b"")
+    launch.train(args)
+    out = capsys.readouterr().out
+    assert f"resuming from {cell_dir / 'checkpoint_last.pt'}" in out
+    # fairseq restores from checkpoint.save_dir/checkpoint_last.pt: the cell's folder
+    assert f"checkpoint.save_dir={cell_dir}" in out
+
+    (cell_dir / "train.done").write_text("done\n")
+    args.dry_run = False
+    assert launch.train(args) == 0  # nothing is run
+    assert "already trained" in capsys.readouterr().out
+    assert not (cell_dir / "train.log").exists()

@@ -1,0 +1,84 @@
+"""Checkpoint averaging and BLEU as each of the paper's tables scores it."""
+import pytest
+import torch
+
+from fairseq_residual.errors import DataError
+from fairseq_residual.repro import scoring
+from fairseq_residual.repro.averaging import average_checkpoints, last_checkpoints
+
+GENERATE_OUTPUT = """S-1\tdas ist gut
+T-1\tthat is good
+H-1\t-0.21\tthat is good
+D-1\t-0.21\tThat is good
+P-1\t-0.1 -0.2 -0.3 -0.2
+S-0\tein well@@ -known fact
+T-0\ta well-known fact
+H-0\t-0.35\ta well-made fact
+Generate test with beam=5: BLEU4 = 42.11, 80.0/50.0/33.3/0.0 (BP=1.000, ratio=1.000, syslen=7, reflen=7)
+"""
+
+
+def test_generate_output_is_read_in_test_set_order():
+    gen = scoring.parse_generate(GENERATE_OUTPUT)
+    assert gen.hypotheses == ["a well-made fact", "that is good"]
+    assert gen.references == ["a well-known fact", "that is good"]
+    assert gen.fairseq_bleu == 42.11 and gen.fairseq_bleu_line.startswith("BLEU4 = 42.11, 80.0/")
+
+
+def test_compound_splitting_is_fairseqs_perl_rule():
+    assert scoring.compound_split("a well-known e-mail") == "a well ##AT##-##AT## known e ##AT##-##AT## mail"
+    # Moses' aggressive hyphen splitting (-a) leaves "@-@" tokens; the rule applies to them too
+    assert scoring.compound_split("well @-@ known") == "well @ ##AT##-##AT## @ known"
+    assert scoring.compound_split("a - b") == "a - b"
+
+
+def test_tokenized_bleu_matches_fairseq_score():
+    assert scoring.tokenized_bleu(["the cat sat on the mat"], ["the cat sat on the mat"])[0] == 100.0
+    bleu, detail = scoring.tokenized_bleu(["the cat sat on a mat"], ["the cat sat on the mat"])
+    assert bleu == 53.73 and detail.startswith("BLEU4 = 53.73, 83.3/60.0/50.0/33.3")
+
+
+def test_wmt_scores_each_test_set_with_compound_splitting_and_averages_them():
+    exact = scoring.Generation(["das ist ein Test ."], ["das ist ein Test ."])
+    compound = scoring.Generation(["ein gut @-@ gemachter Plan für heute ."], ["ein gut @-@ bekannter Plan für heute ."])
+    scores = scoring.score_wmt({"newstest2010": exact, "newstest2011": compound}, "de")
+    assert scores["test_sets"]["newstest2010"]["bleu"] == 100.0
+    split = scores["test_sets"]["newstest2011"]["bleu"]
+    assert split == scoring.tokenized_bleu(
+        ["ein gut @ ##AT##-##AT## @ gemachter Plan für heute ."], ["ein gut @ ##AT##-##AT## @ bekannter Plan für heute ."])[0]
+    assert scores["bleu"] == round((100.0 + split) / 2, 2)
+    assert scores["averaged_over"] == ["newstest2010", "newstest2011"]
+    assert scores["sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
+
+
+def test_opus100_averages_english_to_x_x_to_english_and_all():
+    sig = "nrefs:1|tok:13a"
+    scores = scoring.score_opus({"en-de": (20.0, sig), "en-fr": (30.0, sig), "de-en": (40.0, sig)})
+    assert (scores["EX"], scores["XE"], scores["ALL"]) == (25.0, 40.0, 30.0)
+    assert scoring.sacrebleu_tokenizer("zh") == "zh" and scoring.sacrebleu_tokenizer("de") == "13a"
+
+
+def fake_checkpoint(path, value, dtype=torch.float32):
+    torch.save({"model": {"w": torch.full((2, 2), value, dtype=dtype), "steps": torch.tensor([int(value)])},
+                "cfg": {"task": {"data": "x"}}, "last_optimizer_state": {"big": torch.zeros(8)}}, path)
+
+
+def test_the_last_n_checkpoints_are_averaged(tmp_path):
+    for epoch in (2, 9, 10, 11):
+        fake_checkpoint(tmp_path / f"checkpoint{epoch}.pt", float(epoch), dtype=torch.float16)
+    fake_checkpoint(tmp_path / "checkpoint_3_4000.pt", 1.0)
+    fake_checkpoint(tmp_path / "checkpoint_last.pt", 99.0)
+    picked = last_checkpoints(tmp_path, 3, "epoch")
+    assert [p.name for p in picked] == ["checkpoint9.pt", "checkpoint10.pt", "checkpoint11.pt"]  # by number
+    assert [p.name for p in last_checkpoints(tmp_path, 5, "update")] == ["checkpoint_3_4000.pt"]
+
+    out = average_checkpoints(picked, tmp_path / "avg.pt")
+    state = torch.load(out, weights_only=True)
+    assert torch.equal(state["model"]["w"], torch.full((2, 2), 10.0, dtype=torch.float16))
+    assert state["model"]["steps"].item() == 11  # non-float tensors: the newest checkpoint's
+    assert "last_optimizer_state" not in state and state["cfg"]["task"]["data"] == "x"
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(DataError, match="no checkpoint"):
+        last_checkpoints(empty, 5, "epoch")
