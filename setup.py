@@ -1,11 +1,11 @@
 """Installable package for the fairseq_residual plugin (also usable as ``--user-dir``).
 
-Supported matrix (see README, "Supported versions"):
-
-* Python >= 3.11: ``fairseq-fixed==0.12.3.1`` (fairseq's main branch with the
-  Python 3.11 dataclass fixes; it installs the same ``fairseq`` import package),
-  because the official ``fairseq==0.12.2`` fails at import on Python 3.11.
-* Python 3.8-3.10: the official ``fairseq==0.12.2``.
+Supported matrix (see README, "Supported versions"): Python 3.10 and 3.11 with
+``fairseq-fixed==0.12.3.1`` (fairseq's main branch with the Python 3.11
+dataclass fixes; it installs the same ``fairseq`` import package) and
+torch 2.13.0. The official ``fairseq==0.12.2`` is not used: it fails at import
+on Python 3.11, and on Python 3.10 its stock Transformer layers fail in eval
+mode with torch 2.13 ("Mask Type should be defined").
 
 torch is pinned to the release tested here: install it before this package
 (the Makefile does) so pip does not resolve a different build.
@@ -19,13 +19,12 @@ setup(
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
     license="MIT",
-    python_requires=">=3.8",
+    python_requires=">=3.10",
     packages=find_packages(include=["fairseq_residual", "fairseq_residual.*"]),
     package_data={"fairseq_residual.dataprep": ["checksums.json"]},
     install_requires=[
         "torch==2.13.0",
-        "fairseq-fixed==0.12.3.1; python_version >= '3.11'",
-        "fairseq==0.12.2; python_version < '3.11'",
+        "fairseq-fixed==0.12.3.1",
         "sacrebleu==2.6.0",
         "sacremoses==0.2.0",
         "subword-nmt==0.3.8",
