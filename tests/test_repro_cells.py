@@ -70,14 +70,15 @@ def test_cell_configs_follow_the_authors_settings():
     # no warmup: the schedule starts at the peak learning rate; the decay is unchanged
     assert nowarmup["lr_scheduler"]["warmup_init_lr"] == 0.0005 and nowarmup["lr_scheduler"]["warmup_updates"] == 4000
 
-    wmt = resolved(compose(parse_cell("wmt14/b2t/e18d18"), ["task.data=/d"]))
-    assert wmt["model"]["residual_scheme"] == "b2t" and wmt["model"]["decoder_layers"] == 18
+    wmt = resolved(compose(parse_cell("wmt14/residual/e18d18"), ["task.data=/d"]))
+    assert wmt["model"]["residual_scheme"] == "residual" and wmt["model"]["decoder_layers"] == 18
     assert wmt["model"]["encoder_embed_dim"] == 512 and wmt["common"]["amp"] is True
     assert (wmt["optimization"]["lr"], wmt["optimization"]["update_freq"], wmt["optimization"]["max_update"]) == (
         [0.001], [16], 50000)
 
-    opus = resolved(compose(parse_cell("opus100/deepnet/e100d100"), ["task.data=/d", "task.lang_pairs=en-de", "task.langs=[de,en]"]))
-    assert opus["model"]["encoder_layers"] == 100 and opus["model"]["dual_stream_scale"] == 0.05
+    opus = resolved(compose(parse_cell("opus100/pre/e18d18"), ["task.data=/d", "task.lang_pairs=en-de", "task.langs=[de,en]"]))
+    assert opus["model"]["encoder_layers"] == 18 and opus["model"]["dual_stream_scale"] == 0.05
+    assert opus["model"]["share_decoder_input_output_embed"] and not opus["model"]["share_all_embeddings"]
     assert opus["common"]["memory_efficient_fp16"] and opus["common"]["fp16_init_scale"] == 8
     assert opus["optimization"]["clip_norm"] == 1.0 and opus["lr_scheduler"]["warmup_updates"] == 8000
     assert opus["task"]["sampling_temperature"] == 5.0 and opus["task"]["encoder_langtok"] == "tgt"

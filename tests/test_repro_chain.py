@@ -99,7 +99,8 @@ def test_evaluation_averages_generates_and_scores_as_the_paper(chain):
         assert "model.encoder_layers=2" in training["command"]
         assert training["deviations"][0].startswith("overrides: task.source_lang=src ")
         assert "model.encoder_layers=2" in training["deviations"][0] and training["deviations"][1] == "trained on CPU"
-        assert set(record["versions"]) >= {"fairseq", "torch", "sacrebleu"} and len(record["git_commit"]) >= 40
+        assert set(record["versions"]) >= {"fairseq", "torch", "sacrebleu"}
+        assert re.fullmatch(r"[0-9a-f]{40}(\+uncommitted changes)?|unknown", record["git_commit"])
 
 
 def test_a_diverged_training_is_reported_as_fails(chain):
@@ -117,7 +118,7 @@ def test_the_tables_put_measured_beside_the_paper_and_mark_non_paper_runs(chain)
     bleu = json.loads((chain["results"] / "iwslt14/residual/e6d6.json").read_text())["scores"]["bleu"]
     row = re.search(r"^\| ResiDual \| ([0-9.]+) † \| 35\.63 \| ([+-][0-9.]+) \| not run \| 36\.09 \|  \|$", table, re.M)
     assert row and float(row[1]) == bleu and float(row[2]) == pytest.approx(bleu - 35.63, abs=0.006)
-    assert "| Admin |" in table and "| DeepNet (100 layers) | not run | 29.0 |" in table
+    assert re.search(r"^\| DeepNet \(100 layers\) \| (not run|scheme not implemented) \| 29\.0 \|", table, re.M)
     assert "† not the paper's setting, not a reproduction:" in table
     assert re.search(r"^- `iwslt14/residual/e6d6`: overrides: .*model.encoder_layers=2.*; trained on CPU$", table, re.M)
     assert str(ROOT) not in table  # no machine paths in the published tables

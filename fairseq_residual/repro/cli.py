@@ -129,14 +129,15 @@ def cmd_reproduce(args) -> int:
         if not cell.implemented:
             print(f"skipped: {NOT_IMPLEMENTED} ({cell.scheme})")
             continue
+        if result_path(args.results, cell).is_file():
+            # evaluated, or recorded as "fails": nothing left to do for this cell
+            print(f"already evaluated: {result_path(args.results, cell)}")
+            continue
         cell_args = argparse.Namespace(**{**vars(args), "cell": cell.name})
         rc = train(cell_args)
         evaluate_line = ["bash", "scripts/evaluate.sh", "--cell", cell.name, "--work", args.work, "--results", args.results]
         if args.dry_run:
             print("then: " + shlex.join(evaluate_line))
-            continue
-        if result_path(args.results, cell).is_file():
-            print(f"already evaluated: {result_path(args.results, cell)}")
             continue
         log = Path(args.work).resolve() / cell.name / "train.log"
         if rc != 0 and not (log.is_file() and divergence(read_log(log))):
