@@ -54,9 +54,13 @@ def chain(demo_databin, tmp_path_factory):
     diverged.mkdir(parents=True)
     (diverged / "train.log").write_text(NAN_LOG)
     assert cli.main(["evaluate", "--cell", "iwslt14/post/e12d12", "--work", str(work), "--results", str(results)]) == 0
-    exploding = work / "iwslt14" / "pre" / "e12d12" / "nowarmup"  # trained, never evaluated
+    exploding = work / "iwslt14" / "pre" / "e12d12" / "nowarmup"  # its launch ended, never evaluated
     exploding.mkdir(parents=True)
     (exploding / "train.log").write_text(EXPLODING_LOG)
+    (exploding / "launch.json").write_text(json.dumps([{"returncode": 1}]))
+    running = work / "iwslt14" / "residual" / "e12d12" / "nowarmup"  # first launch still running
+    running.mkdir(parents=True)
+    (running / "train.log").write_text(EXPLODING_LOG)
 
     tables = tmp / "tables.md"
     subprocess.run([sys.executable, str(SCRIPTS / "make_tables.py"), "--results", str(results), "--work", str(work),
@@ -111,6 +115,8 @@ def test_a_diverged_training_is_reported_as_fails(chain):
     assert re.search(r"^\| Post-LN \| [0-9.]+ † \| 35\.37 \| [+-][0-9.]+ \| fails \| fails \| both fail \|$", table, re.M)
     # the ablation: Pre-LN without warmup, E12D12, detected from the log alone
     assert re.search(r"^\| Pre-LN \| no \| not run \| 32\.28 \|  \| fails \| 31\.82 \| fails here only \|$", table, re.M)
+    # ... but not while the first launch is still running
+    assert re.search(r"^\| ResiDual \| no \| not run \| 35\.76 \|  \| training \| 35\.57 \|  \|$", table, re.M)
 
 
 def test_the_tables_put_measured_beside_the_paper_and_mark_non_paper_runs(chain):

@@ -92,8 +92,10 @@ def _default_gpus(args):
 
 
 def cmd_train(args) -> int:
+    from .cells import parse_cell
     from .launch import train
 
+    parse_cell(args.cell)  # a wrong name is reported before anything else
     _default_gpus(args)
     return train(args)
 

@@ -6,9 +6,10 @@ A cell shows
   marked with a dagger when the run departed from the paper's setting (CPU,
   another batch, overrides: listed under the table);
 * "fails" when the training diverged -- read from the evaluation's JSON, or from
-  the cell's ``train.log`` when it was not evaluated (``training_log.divergence``,
+  the cell's ``train.log`` once a launch has ended (``training_log.divergence``,
   the rule the paper's "fails" is compared with);
-* "trained, not evaluated", "not run", or "scheme not implemented".
+* "training" (no launch has ended yet), "trained, not evaluated", "not run", or
+  "scheme not implemented".
 """
 import json
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ FAILS = "fails"
 
 @dataclass
 class Measured:
-    status: str                        # "measured", FAILS, "trained, not evaluated", "not run", NOT_IMPLEMENTED
+    status: str  # "measured", FAILS, "training", "trained, not evaluated", "not run", NOT_IMPLEMENTED
     scores: Dict[str, object] = field(default_factory=dict)
     deviations: List[str] = field(default_factory=list)
     detail: str = ""
@@ -35,9 +36,12 @@ def measured(cell: Cell, results_dir: Path, work_dir: Optional[Path]) -> Measure
         record = json.loads(path.read_text(encoding="utf-8"))
         deviations = record.get("training", {}).get("deviations", [])
         return Measured(record["status"], record.get("scores", {}), deviations, record.get("divergence", ""))
-    log = Path(work_dir) / cell.name / "train.log" if work_dir else None
-    if log is not None and log.is_file():
-        reason = divergence(read_log(log))
+    cell_dir = Path(work_dir) / cell.name if work_dir else None
+    if cell_dir is not None and (cell_dir / "train.log").is_file():
+        ended = (cell_dir / "train.done").is_file() or (cell_dir / "launch.json").is_file()
+        if not ended:  # the first launch is still running (or was killed): too early to judge
+            return Measured("training")
+        reason = divergence(read_log(cell_dir / "train.log"))
         return Measured(FAILS, detail=reason) if reason else Measured("trained, not evaluated")
     return Measured("not run" if cell.implemented else NOT_IMPLEMENTED)
 
