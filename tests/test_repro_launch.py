@@ -82,13 +82,15 @@ def test_each_process_takes_its_rank_from_torchrun_or_srun():
 
 
 def test_fairseq_is_told_the_rank_world_size_and_device_explicitly():
-    gpu = distributed_overrides(ProcessRank(5, 16, 1), cpu=False)
+    gpu = distributed_overrides(ProcessRank(5, 16, 1), cpu=False, visible_gpus=8)
     assert "distributed_training.distributed_world_size=16" in gpu
     assert "distributed_training.distributed_rank=5" in gpu and "distributed_training.device_id=1" in gpu
     # env:// makes fairseq skip infer_init_method (which ignores torchrun when its world size is 1)
     assert "distributed_training.distributed_init_method=env://" in gpu
     assert "distributed_training.distributed_no_spawn=true" in gpu
     assert not any("gloo" in o or "legacy_ddp" in o for o in gpu)  # NCCL and PyTorch DDP on GPUs
+    # a SLURM GPU binding that leaves each task one GPU: that GPU is device 0
+    assert "distributed_training.device_id=0" in distributed_overrides(ProcessRank(5, 16, 5), False, visible_gpus=1)
     cpu = distributed_overrides(ProcessRank(1, 2, 1), cpu=True)
     assert "distributed_training.distributed_backend=gloo" in cpu and "distributed_training.ddp_backend=legacy_ddp" in cpu
     assert "distributed_training.device_id=0" in cpu

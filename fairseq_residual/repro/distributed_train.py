@@ -58,15 +58,20 @@ def process_rank(environ: Mapping[str, str], ranks_from: Optional[str]) -> Proce
     return ProcessRank(rank, world, local)
 
 
-def distributed_overrides(rank: ProcessRank, cpu: bool) -> List[str]:
-    """The hydra overrides that make fairseq one rank of a ``rank.world_size``-process job."""
+def distributed_overrides(rank: ProcessRank, cpu: bool, visible_gpus: int = 0) -> List[str]:
+    """The hydra overrides that make fairseq one rank of a ``rank.world_size``-process job.
+
+    The GPU is the local rank among the GPUs this process sees (all of the node's,
+    or the one a SLURM GPU binding leaves it).
+    """
     if rank.world_size == 1:
         # a single process, even on a node with several GPUs (no spawning)
         return ["distributed_training.distributed_world_size=1"]
+    device = 0 if cpu else rank.local_rank % max(1, visible_gpus)
     out = [
         f"distributed_training.distributed_world_size={rank.world_size}",
         f"distributed_training.distributed_rank={rank.rank}",
-        f"distributed_training.device_id={0 if cpu else rank.local_rank}",
+        f"distributed_training.device_id={device}",
         "distributed_training.distributed_init_method=env://",
         "distributed_training.distributed_no_spawn=true",
     ]
@@ -84,16 +89,13 @@ def split_argv(argv: List[str]):
     return None, argv
 
 
-def runs_on_cpu(hydra_args: List[str]) -> bool:
+def main(argv=None):
     import torch
 
-    return "common.cpu=true" in hydra_args or not torch.cuda.is_available()
-
-
-def main(argv=None):
     ranks_from, hydra_args = split_argv(list(sys.argv[1:] if argv is None else argv))
     rank = process_rank(os.environ, ranks_from)
-    overrides = distributed_overrides(rank, runs_on_cpu(hydra_args))
+    cpu = "common.cpu=true" in hydra_args or not torch.cuda.is_available()
+    overrides = distributed_overrides(rank, cpu, torch.cuda.device_count())
 
     from fairseq_cli import hydra_train
 
