@@ -2,7 +2,8 @@
 
 Only three factory points of fairseq's transformer are overridden: which layer
 class each stack builds, the module at the top of each stack, and the
-``normalize_before`` flags. See ``schemes/`` for the schemes themselves.
+``normalize_before`` flags; the scheme's ``initialize`` then sees the built model
+once. See ``schemes/`` for the schemes themselves.
 """
 import logging
 
@@ -120,7 +121,9 @@ class ResidualTransformerModel(TransformerModelBase):
         scheme = get_scheme(cfg.residual_scheme)
         cfg.encoder.normalize_before = scheme.normalize_before
         cfg.decoder.normalize_before = scheme.normalize_before
-        return super().build_model(cfg, task)
+        model = super().build_model(cfg, task)
+        scheme.initialize(model, cfg)
+        return model
 
     @classmethod
     def build_encoder(cls, cfg, src_dict, embed_tokens):

@@ -6,12 +6,19 @@ Adding a scheme: write a ``ResidualScheme`` subclass in its own module, add it t
 from typing import Dict
 
 from ..errors import ConfigError
+from .admin import Admin
+from .b2t import B2T
 from .base import ResidualScheme
+from .deepnet import DeepNet
+from .dlcl import DLCL
 from .post_ln import PostLN
 from .pre_ln import PreLN
 from .residual import ResiDual
+from .tfixup import TFixup
 
-SCHEMES: Dict[str, ResidualScheme] = {s.name: s for s in (PostLN(), PreLN(), ResiDual())}
+SCHEMES: Dict[str, ResidualScheme] = {
+    s.name: s for s in (PostLN(), PreLN(), ResiDual(), DeepNet(), B2T(), Admin(), TFixup(), DLCL())
+}
 
 
 class UnknownSchemeError(ConfigError):

@@ -1,18 +1,21 @@
 """What a residual scheme is, as the rest of the plugin sees it.
 
-A scheme decides three things and nothing else:
+A scheme decides four things and nothing else:
 
 * whether fairseq's layers put LayerNorm on the sub-layer input (Pre-LN) or after
   the residual sum (Post-LN) -- fairseq's own ``normalize_before`` flag;
 * which encoder/decoder layer classes to build (fairseq's own ones unless the
   scheme changes how sub-layer outputs are combined);
 * the module at the top of each stack (fairseq's ``layer_norm`` attribute, applied
-  once after the last layer).
+  once after the last layer);
+* anything it must do once to a freshly built model (``initialize``: depth-dependent
+  initialisation that needs the whole model, per-layer values that need the layer's
+  index, state kept in the checkpoint).
 
 Everything else (embeddings, attention, FFN, incremental decoding, beam search)
 is fairseq's code, shared by all schemes.
 """
-from typing import Optional
+from typing import List, Optional
 
 from fairseq.modules.transformer_layer import (
     TransformerDecoderLayerBase,
@@ -42,3 +45,57 @@ class ResidualScheme:
         ``normalize_before`` setting (a final LayerNorm for Pre-LN, None for Post-LN).
         """
         return fairseq_default
+
+    def initialize(self, model, cfg) -> None:
+        """Called once on every freshly built model, before a checkpoint (if any) is loaded.
+
+        ``cfg`` is fairseq's nested TransformerConfig (``cfg.encoder.layers`` ...).
+        Buffers registered here are part of the state dict, so they travel with
+        checkpoints. The default does nothing.
+        """
+
+
+class SublayerAwareLayer:
+    """Mixin for a fairseq layer whose residual sum depends on which sub-layer it closes.
+
+    fairseq's layer ``forward`` calls ``residual_connection(x, residual)`` once per
+    sub-layer, in a fixed order: ``self_attn``, ``encoder_attn`` (decoder layers, when
+    an encoder output is given) and ``ffn``. This mixin's ``forward`` records that
+    order and the block's input, so that a scheme implements
+
+        combine(sublayer, x, residual)    x: post-dropout sub-layer output,
+                                          residual: that sub-layer's input (Post-LN)
+
+    with ``self.block_input`` (the layer's input x_l) available while it runs.
+    Put it before the fairseq layer class in the bases.
+    """
+
+    block_input = None
+    _sublayers = None
+
+    def sublayer_names(self, args, kwargs) -> List[str]:
+        names = ["self_attn"]
+        if getattr(self, "encoder_attn", None) is not None:
+            encoder_out = args[0] if args else kwargs.get("encoder_out")
+            if encoder_out is not None:
+                names.append("encoder_attn")
+        return names + ["ffn"]
+
+    def forward(self, x, *args, **kwargs):
+        self.block_input, self._sublayers = x, iter(self.sublayer_names(args, kwargs))
+        try:
+            return super().forward(x, *args, **kwargs)
+        finally:
+            self.block_input = self._sublayers = None
+
+    def residual_connection(self, x, residual):
+        return self.combine(next(self._sublayers), x, residual)
+
+    def combine(self, sublayer: str, x, residual):
+        raise NotImplementedError
+
+
+def stack_layers(stack) -> List[nn.Module]:
+    """A stack's layers in order, unwrapped from FSDP; by index, because fairseq's LayerDrop
+    list skips layers at random when iterated in training mode (a fresh model is)."""
+    return [getattr(stack.layers[i], "module", stack.layers[i]) for i in range(len(stack.layers))]
