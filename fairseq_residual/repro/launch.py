@@ -185,8 +185,6 @@ def plan_launch(args, environ=os.environ, entry_module: str = ENTRY) -> LaunchPl
     extra = list(args.overrides)
 
     cfg = dataset_config(cell.dataset, tuple(extra))
-    if not cell.warmup:
-        compose(cell, ["task.data=/unused"])  # checks that the warmup config group exists
     gpus_per_node = args.gpus or 1
     processes = gpus_per_node * args.nodes
     reference_gpus = args.reference_gpus or dataset.reference_gpus
