@@ -7,8 +7,11 @@ the reproduction tables and the CPU-scale study:
   "minimum loss scale reached" error), or
 * the loss exploded: a logged training loss above ``EXPLODE_FACTOR`` times the
   lowest one seen before it, after the first ``WARMUP_POINTS`` log points, or
-* no progress: the last logged training loss is not below
-  ``NO_PROGRESS_FRACTION`` of the first one.
+* no progress: with more than ``WARMUP_POINTS`` log points, the last logged
+  training loss is not below ``NO_PROGRESS_FRACTION`` of the first one.
+
+Training losses are the per-interval ``train_inner`` values; a log that has
+none (``--log-interval`` longer than an epoch) falls back to the epoch averages.
 """
 import json
 import math
@@ -42,7 +45,7 @@ def _loss(value) -> float:
 
 def parse_log(text: str) -> TrainLog:
     """Parse ``--log-format json`` or ``simple`` lines of fairseq-train / fairseq-hydra-train."""
-    train, valid, nan_error = [], [], False
+    inner, summary, valid, nan_error = [], [], [], False
     for line in text.splitlines():
         if any(m in line for m in _NAN_MESSAGES[1:]) or "loss is nan" in line.lower():
             nan_error = True
@@ -56,13 +59,21 @@ def parse_log(text: str) -> TrainLog:
                 if "valid_loss" in rec:
                     valid.append((int(rec.get("valid_num_updates", 0)), _loss(rec["valid_loss"])))
                 elif "loss" in rec and "num_updates" in rec and "update" in rec:
-                    train.append((int(rec["num_updates"]), _loss(rec["loss"])))
+                    inner.append((int(rec["num_updates"]), _loss(rec["loss"])))
+                elif "train_loss" in rec and "train_num_updates" in rec:
+                    summary.append((int(rec["train_num_updates"]), _loss(rec["train_loss"])))
                 continue
         match, loss = _SIMPLE.search(line), _SIMPLE_LOSS.search(line)
         if match and loss:
-            target = valid if "valid on" in line else train
+            if "valid on" in line:
+                target = valid
+            elif "| train |" in line:
+                target = summary
+            else:
+                target = inner
             target.append((int(match.group(1)), _loss(loss.group(1))))
-    return TrainLog(train=train, valid=valid, nan_error=nan_error)
+    # per-interval losses when logged; end-of-epoch averages (which lag) otherwise
+    return TrainLog(train=inner or summary, valid=valid, nan_error=nan_error)
 
 
 def read_log(path) -> TrainLog:
@@ -81,6 +92,6 @@ def divergence(log: TrainLog) -> Optional[str]:
         if i >= WARMUP_POINTS and loss > EXPLODE_FACTOR * best:
             return f"training loss exploded ({loss:.3g} > {EXPLODE_FACTOR} x best {best:.3g})"
         best = min(best, loss)
-    if len(losses) >= 2 and losses[-1] >= NO_PROGRESS_FRACTION * losses[0]:
+    if len(losses) > WARMUP_POINTS and losses[-1] >= NO_PROGRESS_FRACTION * losses[0]:
         return f"no progress (loss {losses[0]:.3g} -> {losses[-1]:.3g})"
     return None

@@ -33,6 +33,16 @@ def test_flat_loss_is_no_progress():
     assert "no progress" in divergence(parse_log(json_lines([9.0, 9.1, 8.9, 9.0])))
 
 
+def test_epoch_averages_are_used_only_without_interval_losses():
+    summary = '2026 | INFO | train | {"epoch": 1, "train_loss": "8.9", "train_num_updates": "40"}'
+    assert parse_log(json_lines([9.0, 7.0, 5.0]) + "\n" + summary).train == [(10, 9.0), (20, 7.0), (30, 5.0)]
+    assert parse_log(summary).train == [(40, 8.9)]
+
+
+def test_a_run_that_just_started_is_not_called_failed():
+    assert divergence(parse_log(json_lines([9.0, 9.1]))) is None
+
+
 def test_simple_format_and_validation_lines():
     text = (
         "2026 | INFO | train_inner | epoch 001:     10 / 50 loss=9.1, ppl=1, num_updates=10\n"
@@ -40,4 +50,4 @@ def test_simple_format_and_validation_lines():
         "2026 | INFO | train | epoch 001 | loss 8.7 | nll_loss 8.5 | num_updates 50 | lr 0.001\n"
     )
     log = parse_log(text)
-    assert log.valid == [(50, 8.2)] and log.train == [(10, 9.1), (50, 8.7)]
+    assert log.valid == [(50, 8.2)] and log.train == [(10, 9.1)]

@@ -17,10 +17,11 @@ import sys
 import time
 from pathlib import Path
 
+from ..schemes import SCHEMES
 from .prepare import SRC, TGT, prepare_demo_data
 from .report import collect_versions, plot_valid_loss, read_valid_losses, write_report
 
-SCHEMES = ("post", "pre", "residual")
+DEFAULT_SCHEMES = "post,pre,residual"
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -96,7 +97,16 @@ def main(argv=None):
     p.add_argument("--max-tokens", type=int, default=2048)
     p.add_argument("--train-pairs", type=int, default=6000)
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument(
+        "--schemes",
+        default=DEFAULT_SCHEMES,
+        help=f"comma-separated residual schemes to compare (any of: {', '.join(SCHEMES)})",
+    )
     args = p.parse_args(argv)
+    schemes = args.schemes.split(",")
+    unknown = [s for s in schemes if s not in SCHEMES]
+    if unknown:
+        p.error(f"unknown scheme(s) {', '.join(unknown)}; choose from {', '.join(SCHEMES)}")
 
     started = time.time()
     work, out = Path(args.work), Path(args.out)
@@ -106,7 +116,7 @@ def main(argv=None):
     import sacrebleu
 
     rows = []
-    for scheme in SCHEMES:
+    for scheme in schemes:
         save_dir = work / "checkpoints" / scheme
         save_dir.mkdir(parents=True, exist_ok=True)
         t0 = time.time()
