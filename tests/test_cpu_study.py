@@ -1,0 +1,99 @@
+"""The CPU study's pipeline: commands, the fails rule, the table in the paper's shape,
+resuming, and probing one of its checkpoints. A reduced run checks the pipeline only."""
+import json
+from pathlib import Path
+
+import pytest
+from fairseq import options
+
+from fairseq_residual.analysis import probes, study
+
+
+def parsed_training_args(spec, settings):
+    cmd = study.training_command(Path("DATA_BIN"), Path("SAVE_DIR"), spec, settings)
+    assert cmd[1:3] == ["-m", "fairseq_cli.train"]
+    return options.parse_args_and_arch(options.get_training_parser(), cmd[3:])
+
+
+def test_warmup_off_starts_at_the_same_peak_lr_and_changes_nothing_else():
+    settings = study.parse_args(["--lr", "0.002", "--warmup", "40"])
+    with_warmup = parsed_training_args(study.RunSpec("post", 12, True, 1), settings)
+    without = parsed_training_args(study.RunSpec("post", 12, False, 1), settings)
+    assert with_warmup.warmup_init_lr == pytest.approx(1e-7)
+    assert without.warmup_init_lr == pytest.approx(0.002) == without.lr[0]
+    assert without.warmup_updates == with_warmup.warmup_updates == 40
+    assert (without.encoder_layers, without.decoder_layers, without.residual_scheme) == (12, 12, "post")
+    differing = {k for k in vars(without) if getattr(without, k) != getattr(with_warmup, k, None)}
+    assert differing == {"warmup_init_lr"}
+
+
+def test_table_has_the_paper_layout_and_reports_failures():
+    def run(scheme, layers, warmup, seed, bleu, fails=None):
+        return dict(scheme=scheme, layers=layers, warmup=warmup, seed=seed, bleu=bleu, fails=fails)
+
+    results = [
+        run("post", 6, True, 1, 10.0), run("post", 6, True, 2, 12.0),
+        run("post", 12, False, 1, None, "training loss became NaN/inf"),
+        run("post", 12, False, 2, None, "no progress (loss 9 -> 9)"),
+        run("residual", 12, False, 1, 20.0), run("residual", 12, False, 2, None, "loss became NaN"),
+    ]
+    lines = study.ablation_table(results, "bleu", 2).splitlines()
+    assert lines[0] == "| method | warmup | E6D6 | E12D12 |"
+    assert lines[2] == "| post | yes | 11.00 ± 1.00 | not run |"
+    assert lines[3] == "| post | no | not run | fails (2/2) |"
+    assert lines[5] == "| residual | no | not run | 20.00 ± 0.00 (1/2 fail) |"
+
+
+def test_training_time_adds_up_the_attempts_of_a_resumed_run(tmp_path):
+    out = tmp_path / "train.out"
+    out.write_text(
+        "$ fairseq-train ...\n2026-01-01 10:00:00 | INFO | a\n2026-01-01 10:01:40 | INFO | b\n"
+        "Traceback (killed)\n$ fairseq-train ...\n2026-01-01 11:00:00 | INFO | c\n2026-01-01 11:00:30 | INFO | d\n"
+    )
+    assert study.training_seconds(out) == 130.0
+
+
+@pytest.fixture(scope="module")
+def reduced_study(tmp_path_factory):
+    work, out = tmp_path_factory.mktemp("study-work"), tmp_path_factory.mktemp("study-out")
+    argv = ["--work", str(work), "--out", str(out), "--schemes", "residual", "--depths", "2",
+            "--seeds", "1", "--dim", "16", "--max-update", "6", "--warmup", "3", "--validate-every", "3",
+            "--log-interval", "1", "--max-tokens", "512", "--train-pairs", "200", "--valid-pairs", "10",
+            "--test-pairs", "10", "--bpe-merges", "100", "--jobs", "2"]
+    return work, out, argv, study.main(argv)
+
+
+def test_reduced_study_trains_scores_and_reports_every_run(reduced_study):
+    work, out, argv, results = reduced_study
+    assert sorted(r["name"] for r in results) == ["residual-e2d2-nowarmup-seed1", "residual-e2d2-warmup-seed1"]
+    for r in results:
+        assert [u for u, _ in r["train_curve"]] == [1, 2, 3, 4, 5, 6]
+        assert [u for u, _ in r["valid_curve"]] == [3, 6]
+        assert r["final_valid_loss"] == r["valid_curve"][-1][1] > 0
+        # a run either trained and was scored, or carries the shared rule's reason
+        assert (r["fails"] is None and r["bleu"] >= 0) or (isinstance(r["fails"], str) and r["bleu"] is None)
+        assert r["train_seconds"] > 0
+    readme = (out / "README.md").read_text()
+    assert "| residual | yes |" in readme and "| residual | no |" in readme
+    assert "small-scale analogue" in readme and "scripts/cpu_study.py" in readme
+    assert json.loads((out / "results.json").read_text())["settings"]["max_update"] == 6
+    for png in ("train_loss.png", "valid_loss.png"):
+        assert (out / png).stat().st_size > 10_000
+
+
+def test_a_second_call_skips_finished_runs(reduced_study):
+    work, out, argv, results = reduced_study
+    logs = sorted((work / "runs").glob("*/train.out"))
+    before = [p.read_text() for p in logs]
+    again = study.main(argv)
+    assert [p.read_text() for p in logs] == before  # no new fairseq-train attempt
+    assert [r["final_valid_loss"] for r in again] == [r["final_valid_loss"] for r in results]
+
+
+def test_probes_read_a_trained_checkpoint(reduced_study, tmp_path):
+    work, out, argv, results = reduced_study
+    checkpoint = work / "runs" / "residual-e2d2-warmup-seed1" / "checkpoint_last.pt"
+    summary = probes.main(["--checkpoint", str(checkpoint), "--data", str(work / "data" / "data-bin"),
+                           "--sentences", "4", "--out", str(tmp_path)])
+    assert list(summary) == ["residual"] and list(summary["residual"]) == ["2"]
+    assert len(summary["residual"]["2"]["decoder"]["grad_norm"]["mean"]) == 2
