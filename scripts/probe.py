@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Gradient-norm and representation-diversity probes; see fairseq_residual/analysis/probes.py.
 
-    .venv/bin/python scripts/probe.py                       # every scheme, depths 6 12 18 48, 5 seeds
+    .venv/bin/python scripts/probe.py                       # every scheme, depths 6 12 18 48, seeds 1 2 3
     .venv/bin/python scripts/probe.py --checkpoint CKPT.pt --data DATA_BIN --out DIR
 """
 import sys

@@ -111,3 +111,5 @@ def test_probe_command_writes_json_and_plots(demo_databin, tmp_path):
     assert summary["residual"]["2"]["seeds"] == [1, 2]
     for name in ("grad_norm.png", "rel_diff.png", "cosine.png", "versus_depth.png"):
         assert (tmp_path / name).stat().st_size > 10_000
+    readme = (tmp_path / "README.md").read_text()
+    assert "| post |" in readme and "scripts/probe.py --data" in readme

@@ -271,7 +271,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--schemes", nargs="+", default=list(SCHEMES), help="default: every registered scheme")
     p.add_argument("--depths", type=int, nargs="+", default=[6, 12, 18, 48], help="layers per stack")
-    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5], help="initialisation seeds")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="initialisation seeds")
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--ffn", type=int, default=256)
@@ -284,14 +284,31 @@ def parse_args(argv=None):
     p.add_argument("--work", default=str(ROOT / "work" / "probes"))
     p.add_argument("--out", default=str(ROOT / "results" / "probes"))
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared CPU)")
+    p.add_argument("--replot", action="store_true",
+                   help="only redraw the plots and README from --out/probes.json")
     return p.parse_args(argv)
+
+
+def write_outputs(record: Dict, out: Path):
+    """probes.json, the plots and README.md (with ``summary.md``, a person's reading, inlined)."""
+    from .plotting import plot_probes
+    from .report import probe_readme
+
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "probes.json").write_text(json.dumps(record, indent=1) + "\n")
+    plot_probes(record["summary"], record["runs"], out)
+    (out / "README.md").write_text(probe_readme(record["summary"], record["runs"], record, out))
 
 
 def main(argv=None):
     from ..demo.report import collect_versions
-    from .plotting import plot_probes
+    from .report import git_state
 
     args = parse_args(argv)
+    out = Path(args.out)
+    if args.replot:
+        write_outputs(json.loads((out / "probes.json").read_text()), out)
+        return None
     torch.set_num_threads(args.threads)
     started = time.time()
     data = args.data
@@ -311,20 +328,20 @@ def main(argv=None):
         batch = load_batch(task, args.split, args.sentences)
         runs = run_probes(task, batch, args.schemes, args.depths, args.seeds, args.dim, args.heads, args.ffn)
     summary = aggregate(runs)
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    meta = dict(
+    record = dict(
         command="python scripts/probe.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        settings={k: v for k, v in vars(args).items() if k not in ("work", "out")},
+        settings={k: v for k, v in vars(args).items() if k not in ("work", "out", "replot")},
         data=str(data),
         versions=collect_versions(),
         machine=f"{platform.platform()}, {platform.processor() or platform.machine()}",
+        git=git_state(),
         wall_seconds=round(time.time() - started, 1),
         date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        summary=summary,
+        runs=runs,
     )
-    (out / "probes.json").write_text(json.dumps({**meta, "summary": summary, "runs": runs}, indent=1) + "\n")
-    plot_probes(summary, runs, out)
-    print(f"wrote {out / 'probes.json'} and plots in {out} ({meta['wall_seconds']:.0f} s)")
+    write_outputs(record, out)
+    print(f"wrote {out / 'probes.json'}, README.md and plots in {out} ({record['wall_seconds']:.0f} s)")
     return summary
 
 

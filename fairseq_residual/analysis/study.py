@@ -37,6 +37,7 @@ from ..demo.prepare import TGT, prepare_demo_data
 from ..demo.report import collect_versions
 from ..demo.run import generate_command, hypotheses, train_command
 from ..training_log import EXPLODE_FACTOR, NO_PROGRESS_FRACTION, TrainLog, divergence, parse_log
+from .report import git_state
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIED_SCHEMES = ("post", "pre", "residual")
@@ -119,6 +120,14 @@ def training_seconds(out_file: Path) -> float:
             stamp = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S")
             first, last = first or stamp, stamp
     return round(total, 1)
+
+
+def first_timestamp(out_file: Path):
+    for line in Path(out_file).read_text(encoding="utf-8", errors="replace").splitlines():
+        match = _STAMP.match(line)
+        if match:
+            return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S")
+    return datetime.now()
 
 
 def last_per_update(points):
@@ -239,51 +248,54 @@ def write_report(results: List[Dict], meta: Dict, out: Path):
     summary_file = out / "summary.md"
     summary = summary_file.read_text().strip() if summary_file.exists() else ""
     s = meta["settings"]
-    run_seconds = sum(r["train_seconds"] + r["generate_seconds"] for r in results)
+    depths = " and ".join(f"E{d}D{d}" for d in s["depths"])
+    run_minutes = sum(r["train_seconds"] + r["generate_seconds"] for r in results) / 60
+    signature = next((r["bleu_signature"] for r in results if r["bleu_signature"]), "n/a")
     body = f"""# CPU-scale depth x warmup study (small-scale analogue, not the paper's experiment)
 
-A small model trained for a few hundred updates on the embedded **synthetic** corpus, on a shared
-2-core CPU. It has the shape of the paper's IWSLT warmup ablation (Post-LN / Pre-LN / ResiDual,
-with and without learning-rate warmup, E6D6 and E12D12) but not its scale: width {s['dim']} instead
-of 256, {s['max_update']} updates instead of training to convergence, {s['train_pairs']} synthetic
-sentence pairs instead of IWSLT-14. Its numbers say nothing about the paper's BLEU scores.
+Small models trained for {s['max_update']} updates on the embedded **synthetic** corpus on a shared
+2-core CPU. The study has the shape of the paper's IWSLT warmup ablation ({', '.join(s['schemes'])};
+with and without learning-rate warmup; {depths}) but not its scale: width {s['dim']} instead of 256,
+{s['max_update']} updates instead of training to convergence, {s['train_pairs']} synthetic sentence
+pairs instead of IWSLT-14. Its numbers say nothing about the paper's BLEU scores.
 
 {summary}
-
-## Test BLEU (sacrebleu, detokenised beam-5 output; mean ± half-range over seeds)
-
-{ablation_table(results, 'bleu', 2)}
 
 ## Final validation loss (label-smoothed CE, base 2; mean ± half-range over seeds)
 
 {ablation_table(results, 'final_valid_loss', 3)}
 
+## Test BLEU (sacrebleu, detokenised beam-5 output; mean ± half-range over seeds)
+
+{ablation_table(results, 'bleu', 2)}
+
 "fails" is `fairseq_residual.training_log.divergence`, the rule the reproduction tables use
-(NaN/inf loss, a training loss above {EXPLODE_FACTOR:g}x the best before it, or a last loss not
-below {NO_PROGRESS_FRACTION:g}x the first). A failed run is not decoded; a cell averages the seeds that trained and says how many
-failed.
+(NaN/inf loss, a training loss above {EXPLODE_FACTOR:g}x the best before it, or a last loss
+not below {NO_PROGRESS_FRACTION:g}x the first). A failed run is not decoded; a cell averages
+the seeds that trained and says how many failed.
 
 {failure_list(results)}
 
-Curves: [train_loss.png](train_loss.png), [valid_loss.png](valid_loss.png). Every run's numbers,
-curves and exact fairseq commands: [results.json](results.json).
+Curves: [train_loss.png](train_loss.png), [valid_loss.png](valid_loss.png). Every run's
+numbers, curves and exact fairseq commands: [results.json](results.json).
 
 ## Setting
 
-- Models: E{{6,12}}D{{6,12}}, width {s['dim']}, FFN {4 * s['dim']}, 4 heads, dropout 0.1, shared
-  embeddings, fp32, no gradient clipping (as the paper's IWSLT setting).
-- Optimiser: Adam (0.9, 0.98), peak lr {s['lr']:g}, inverse_sqrt. Warmup "yes": linear from 1e-7 over
-  {s['warmup']} updates; warmup "no": the same scheduler starting at the peak lr (constant for
-  {s['warmup']} updates, then the same decay). {s['max_update']} updates of at most {s['max_tokens']}
-  tokens; label-smoothed CE 0.1; seeds {', '.join(map(str, s['seeds']))}.
-- Data: the embedded synthetic corpus (seed 1), {s['train_pairs']} training / 300 valid / 300 test
-  pairs, Moses tokens, joint BPE ({s['bpe_merges']} merges). BLEU: `fairseq-generate` beam 5,
-  max length 1.2 x source + 10, BPE removed, Moses-detokenised, sacrebleu against the raw references
-  ({next((r['bleu_signature'] for r in results if r['bleu_signature']), 'n/a')}).
-- Machine: {meta['machine']}, shared with other jobs (runs under `nice -n 5`). Versions:
-  {', '.join(f'{k} {v}' for k, v in meta['versions'].items())}.
-- Date: {meta['date']}. Time: {run_seconds / 60:.0f} min of training and decoding over
-  {len(results)} runs (this invocation's wall time: {meta['wall_seconds'] / 60:.0f} min).
+- Models: {depths}, width {s['dim']}, FFN {4 * s['dim']}, 4 heads, dropout 0.1, shared
+  embeddings, fp32, no gradient clipping (as in the paper's IWSLT setting).
+- Optimiser: Adam (0.9, 0.98), peak lr {s['lr']:g}, inverse_sqrt. Warmup "yes": linear from
+  1e-7 over {s['warmup']} updates; warmup "no": the same scheduler starting at the peak lr
+  (constant for {s['warmup']} updates, then the same decay). {s['max_update']} updates of at
+  most {s['max_tokens']} tokens; label-smoothed CE 0.1; seeds {', '.join(map(str, s['seeds']))}.
+- Data: the embedded synthetic corpus (seed 1), {s['train_pairs']} training / {s['valid_pairs']}
+  valid / {s['test_pairs']} test pairs, Moses tokens, joint BPE ({s['bpe_merges']} merges).
+  BLEU: `fairseq-generate` beam 5, max length 1.2 x source + 10, BPE removed,
+  Moses-detokenised, sacrebleu against the raw references ({signature}).
+- Machine: {meta['machine']}, shared with other jobs (runs under `nice -n 5`, {s.get('jobs', 1)}
+  at a time, one torch thread each). Versions: {', '.join(f'{k} {v}' for k, v in meta['versions'].items())}.
+  Code: git commit {meta.get('git', 'unknown')}.
+- Time: the runs' first training step to this report: {meta['study_minutes']:.0f} min wall
+  ({meta['date']}); {run_minutes:.0f} min of training and decoding summed over {len(results)} runs.
 
 Regenerate (resumable; finished runs in `--work` are skipped):
 
@@ -352,13 +364,16 @@ def main(argv=None):
                              test=args.test_pairs, bpe_merges=args.bpe_merges)
     refs = [line.rstrip("\n") for line in open(f"{data.raw_prefixes['test']}.{TGT}", encoding="utf-8")]
     results = run_all(grid(args.schemes, args.depths, args.seeds), data, refs, args, started)
-    settings = {k: v for k, v in vars(args).items() if k not in ("work", "out", "jobs")}
+    settings = {k: v for k, v in vars(args).items() if k not in ("work", "out")}
+    first = min((first_timestamp(work / "runs" / r["name"] / "train.out") for r in results), default=None)
     meta = dict(
         command="nice -n 5 python scripts/cpu_study.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         settings=settings,
         versions=collect_versions(),
         machine=f"{platform.platform()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+        git=git_state(),
         wall_seconds=round(time.time() - started, 1),
+        study_minutes=(datetime.now() - first).total_seconds() / 60 if first else 0.0,
         date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     )
     write_report(results, meta, out)
