@@ -42,9 +42,9 @@ DUAL_NORM_EPS = 1e-7
 
 
 def unpack_streams(stream: Tensor, embed_dim: int, scale: float) -> Tuple[Tensor, Tensor]:
-    """Split ``[x^ln ; x^d]`` into (x^ln, x^d); the plain embedding starts x^d = s * x^ln_1."""
+    """Split ``[x^ln ; x^d]`` into views (x^ln, x^d); the plain embedding starts x^d = s * x^ln_1."""
     if stream.size(-1) == embed_dim:
-        return stream, stream * scale
+        return stream, stream if scale == 1.0 else stream * scale
     x_ln, x_dual = stream.split(embed_dim, dim=-1)
     return x_ln, x_dual
 
@@ -65,14 +65,19 @@ class DualStreamLayer:
         self._x_dual = None  # x^d while this layer's forward runs; None otherwise
 
     def residual_connection(self, x, residual):
-        # x is x^f_k (post-dropout sub-layer output); residual is x^ln_k
-        self._x_dual = self._x_dual + self.dual_stream_scale * x
+        # x is x^f_k (post-dropout sub-layer output); residual is x^ln_k.
+        # x^d + s * x^f as one kernel (no s * x^f temporary; with s = 1 backward has no multiply)
+        self._x_dual = torch.add(self._x_dual, x, alpha=self.dual_stream_scale)
         return residual + x
 
     def forward(self, stream, *args, **kwargs):
         x_ln, self._x_dual = unpack_streams(stream, self.embed_dim, self.dual_stream_scale)
         try:
-            out = super().forward(x_ln, *args, **kwargs)
+            # x^ln as a contiguous copy, not a view of ``stream``: the q/k/v projections
+            # save their input for backward, and a view would keep the whole packed
+            # tensor (x^d included) alive until then; its row stride of 2 * embed_dim
+            # would also turn each projection's fused addmm into mm + a bias add
+            out = super().forward(x_ln.contiguous(), *args, **kwargs)
             x_dual = self._x_dual
         finally:
             self._x_dual = None
@@ -111,7 +116,9 @@ class DualStreamOutput(nn.LayerNorm):
 
     def forward(self, stream: Tensor) -> Tensor:
         x_ln, x_dual = unpack_streams(stream, self.normalized_shape[0], self.dual_stream_scale)
-        return x_ln + super().forward(x_dual)
+        # LayerNorm copies a strided input anyway; copying first means it saves that copy
+        # for backward rather than the whole packed stream
+        return x_ln + super().forward(x_dual.contiguous())
 
 
 class ResiDual(ResidualScheme):
