@@ -1,0 +1,38 @@
+#!/usr/bin/env python
+"""Throughput and memory of ResiDual and the other schemes vs fairseq's stock transformer.
+
+    python scripts/bench.py                       # all sizes, writes results/bench/
+    python scripts/bench.py --sizes iwslt-e6d6 --rounds 3 --out /tmp/bench
+
+See fairseq_residual/bench.py for what is measured and how.
+"""
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import fairseq_residual  # noqa: E402,F401  (registers the model and presets)
+from fairseq_residual import bench  # noqa: E402
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default=",".join(bench.SIZES), help="comma-separated, from: " + ", ".join(list(bench.SIZES) + ["tiny"]))
+    parser.add_argument("--warmup", type=int, default=2, help="untimed runs of every variant first")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds")
+    parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    parser.add_argument("--out", type=Path, default=Path("results/bench"), help="folder for bench.json and bench.md")
+    args = parser.parse_args(argv)
+    known = dict(bench.SIZES, tiny=bench.TINY)
+    unknown = [s for s in args.sizes.split(",") if s not in known]
+    if unknown:
+        parser.error(f"unknown size(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+    sizes = [known[s] for s in args.sizes.split(",")]
+    record = bench.run(sizes, args.warmup, args.rounds, args.threads, bench.command_line(), log=lambda m: print(m, flush=True))
+    bench.write(record, args.out)
+    print(bench.markdown(record))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""The benchmark runs end to end on a tiny size, and its measuring tools measure what they claim.
+
+No timing is asserted: the figures live in results/bench/, written by `make bench`.
+"""
+import json
+from collections import Counter
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from fairseq_residual import bench
+from fairseq_residual.schemes import SCHEMES
+
+
+@pytest.fixture(scope="module")
+def tiny_record(tmp_path_factory):
+    record = bench.run([bench.TINY], warmup=0, reps=2, threads=1, command="pytest", fresh_process_memory=False, log=lambda m: None)
+    out = tmp_path_factory.mktemp("bench")
+    bench.write(record, out)
+    return record, out
+
+
+def test_tiny_benchmark_covers_stock_transformers_and_every_registered_scheme(tiny_record):
+    record, out = tiny_record
+    saved = json.loads((out / "bench.json").read_text())
+    assert saved["command"] == "pytest" and saved["versions"]["torch"] == torch.__version__
+    (size,) = saved["sizes"]
+    expected = ["stock-post", "stock-pre", *SCHEMES]
+    assert list(size["variants"]) == expected
+    for table in ("train", "generate", "memory"):
+        assert list(size[table]) == expected
+    for name in expected:
+        assert len(size["train"][name]["wall_s"]) == 2 and min(size["train"][name]["tokens_per_s"]) > 0
+        assert min(size["generate"][name]["sentences_per_s"]) > 0
+    # the reference's ratio to itself is exactly one in every round
+    assert size["train"]["stock-pre"]["ratio_to_reference"] == {"min": 1.0, "median": 1.0, "max": 1.0}
+    assert size["memory"]["stock-pre"]["peak_mb_ratio"] == 1.0
+
+
+def test_generation_does_the_same_work_for_every_variant(tiny_record):
+    record, _ = tiny_record
+    (size,) = record["sizes"]
+    # min_len = max_len: every hypothesis of every model has gen_len tokens plus EOS
+    lengths = {name: g["hypothesis_lengths"] for name, g in size["generate"].items()}
+    assert set(map(tuple, lengths.values())) == {(bench.TINY.gen_len + 1,)}
+
+
+def test_markdown_table_has_one_row_per_variant_and_the_targets(tiny_record):
+    record, out = tiny_record
+    text = (out / "bench.md").read_text()
+    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    for name in ["stock-post", "stock-pre", *SCHEMES]:
+        assert sum(row.startswith(f"| {name} |") for row in rows) == 1
+    assert "ResiDual peak training memory / stock Pre-LN" in text
+    assert "pytest" in text and torch.__version__ in text
+
+
+def test_memory_probe_in_a_fresh_process_matches_the_in_process_probe():
+    variant = next(v for v in bench.variants() if v.name == "residual")
+    fresh = bench.memory_probe_in_fresh_process(bench.TINY, variant, threads=1)
+    here = bench.memory_probe(bench.TINY, variant)
+    # parameters, Adam state and saved activations are deterministic
+    assert fresh["persistent_mb"] == here["persistent_mb"]
+    assert fresh["saved_mb"] == here["saved_mb"]
+    assert fresh["peak_mb"] == pytest.approx(here["peak_mb"], rel=0.02)
+
+
+def test_ratio_summary_is_reference_time_over_variant_time_in_each_round():
+    summary = bench.ratio_summary([1.0, 2.0, 3.0], [2.0, 2.0, 1.0])
+    assert summary == {"min": 0.5, "median": 1.0, "max": 3.0}
+
+
+def test_saved_bytes_count_each_storage_once_and_skip_parameters():
+    linear = torch.nn.Linear(8, 4)
+    x = torch.randn(10, 8)
+
+    def forward():
+        r = torch.relu(linear(x))  # saves x (10 x 8 floats, not the weight) and r (10 x 4)
+        return (r * r[:, :1]).sum()  # saves r again and a view of r: no new storage
+
+    assert bench.saved_for_backward_bytes(forward, linear.parameters()) == 10 * 8 * 4 + 10 * 4 * 4
+
+
+def test_allocation_peak_sees_a_transient_tensor():
+    def step():
+        big = torch.ones(4 * 2**20)  # 16 MiB, freed on return
+        return big.sum()
+
+    assert bench.step_allocation_peak_bytes(step) >= 16 * 2**20
+
+
+class _OpCounter(TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.counts = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.counts[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _training_step_profile(scheme):
+    task = bench.SyntheticTask(bench.TINY.vocab)
+    sample = bench.synthetic_batch(task, 4, 7, 6)
+    step = bench.TrainingStep(bench.build_variant(bench.Variant(scheme, scheme, scheme), bench.TINY, task), sample, task.target_dictionary.pad())
+    counter = _OpCounter()
+    with counter:
+        step.loss().backward()
+    return counter.counts, step.saved_bytes()
+
+
+def test_residual_uses_the_linear_kernels_and_saved_memory_of_pre_ln():
+    pre_ops, pre_saved = _training_step_profile("pre")
+    residual_ops, residual_saved = _training_step_profile("residual")
+    # every projection gets a contiguous input and runs as fused addmm, as in Pre-LN
+    # (a strided view of the packed stream falls back to mm + a separate bias add)
+    assert residual_ops["addmm"] == pre_ops["addmm"] and residual_ops["mm"] == pre_ops["mm"]
+    # x^d + s * x^f is one add: no multiply at s = 1, in forward or backward
+    assert residual_ops["mul"] == pre_ops["mul"]
+    # backward keeps x^ln and LN inputs as Pre-LN keeps LN inputs and outputs, and
+    # nothing of x^d but the input of the final LN (Pre-LN's final LN input): no
+    # layer's packed [x^ln ; x^d] stays alive until backward
+    assert residual_saved == pre_saved
