@@ -81,13 +81,16 @@ def test_reduced_study_trains_scores_and_reports_every_run(reduced_study):
         assert (out / png).stat().st_size > 10_000
 
 
-def test_a_second_call_skips_finished_runs(reduced_study):
+def test_a_second_call_skips_finished_runs_and_rejudges_them_with_the_current_rule(reduced_study):
     work, out, argv, results = reduced_study
     logs = sorted((work / "runs").glob("*/train.out"))
     before = [p.read_text() for p in logs]
+    stale = work / "runs" / "residual-e2d2-warmup-seed1" / "result.json"
+    stale.write_text(json.dumps({**json.loads(stale.read_text()), "fails": "verdict of an older rule"}))
     again = study.main(argv)
     assert [p.read_text() for p in logs] == before  # no new fairseq-train attempt
     assert [r["final_valid_loss"] for r in again] == [r["final_valid_loss"] for r in results]
+    assert [r["fails"] for r in again] == [r["fails"] for r in results]
 
 
 def test_probes_read_a_trained_checkpoint(reduced_study, tmp_path):

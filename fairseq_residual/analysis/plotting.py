@@ -55,15 +55,20 @@ PROFILE_LABELS = {
 }
 
 
-def _reference(scheme, metric, n_points):
-    """(label, y values) of the paper's predicted shape fitted to ``scheme``'s profile, or None."""
+def _references(scheme, metric):
+    """[(label, shape, line style)] drawn as fitted reference lines for this scheme's profile:
+    the paper's prediction, and for Pre-LN also c/sqrt(k) (LN of a sum of k independent terms)."""
     from . import probes
 
     if metric == "rel_diff" and scheme in probes.PREDICTED_DIVERSITY:
-        return probes.PREDICTED_DIVERSITY[scheme], probes.DIVERSITY_SHAPES[probes.PREDICTED_DIVERSITY[scheme]]
+        name = probes.PREDICTED_DIVERSITY[scheme]
+        refs = [(name, probes.DIVERSITY_SHAPES[name], "--")]
+        if scheme == "pre":
+            refs.append(("c/sqrt(k)", probes.DIVERSITY_SHAPES["c/sqrt(k)"], ":"))
+        return refs
     if metric == "grad_norm" and scheme == "post":
-        return "(1/2)^((N-k)/2)", probes.post_ln_gradient_shape
-    return None
+        return [("(1/2)^((N-k)/2)", probes.post_ln_gradient_shape, "--")]
+    return []
 
 
 def _figure_legend(fig, axes):
@@ -80,7 +85,7 @@ def _figure_legend(fig, axes):
 
 def plot_profiles(summary, metric, path):
     """One panel per (stack, depth); x = block k, one curve per scheme (mean ± std over seeds),
-    dashed: the paper's predicted shape fitted to that scheme's curve."""
+    dashed/dotted: predicted shapes fitted to that scheme's curve (see ``_references``)."""
     from . import probes
 
     schemes = list(summary)
@@ -99,11 +104,9 @@ def plot_profiles(summary, metric, path):
                 ax.plot(ks, mean, color=colors[scheme], label=scheme)
                 ax.fill_between(ks, [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)],
                                 color=colors[scheme], alpha=0.2)
-                ref = _reference(scheme, metric, len(mean))
-                if ref and len(mean) >= 2:
-                    name, shape = ref
+                for name, shape, style in _references(scheme, metric) if len(mean) >= 2 else []:
                     c = probes.fit_shape(mean, shape)["c"]
-                    ax.plot(ks, [c * shape(k, len(mean)) for k in ks], "--", color=colors[scheme], lw=1,
+                    ax.plot(ks, [c * shape(k, len(mean)) for k in ks], style, color=colors[scheme], lw=1,
                             label=f"{scheme}: fitted {name}")
             if metric != "cosine":
                 ax.set_yscale("log")

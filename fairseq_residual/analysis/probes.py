@@ -265,6 +265,14 @@ def run_probes(task, batch, schemes, depths, seeds, dim, heads, ffn, log=print):
     return runs
 
 
+def _display_path(path) -> str:
+    """A path relative to the repository when it lies inside it (as the README shows it)."""
+    try:
+        return str(Path(path).resolve().relative_to(ROOT))
+    except ValueError:
+        return str(path)
+
+
 def parse_args(argv=None):
     from ..schemes import SCHEMES
 
@@ -289,13 +297,24 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+def significant(value, digits=5):
+    """``value`` with every float rounded to ``digits`` significant digits (a smaller JSON)."""
+    if isinstance(value, float):
+        return float(f"{value:.{digits}g}")
+    if isinstance(value, dict):
+        return {k: significant(v, digits) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [significant(v, digits) for v in value]
+    return value
+
+
 def write_outputs(record: Dict, out: Path):
     """probes.json, the plots and README.md (with ``summary.md``, a person's reading, inlined)."""
     from .plotting import plot_probes
     from .report import probe_readme
 
     out.mkdir(parents=True, exist_ok=True)
-    (out / "probes.json").write_text(json.dumps(record, indent=1) + "\n")
+    (out / "probes.json").write_text(json.dumps(significant(record)) + "\n")
     plot_probes(record["summary"], record["runs"], out)
     (out / "README.md").write_text(probe_readme(record["summary"], record["runs"], record, out))
 
@@ -329,9 +348,9 @@ def main(argv=None):
         runs = run_probes(task, batch, args.schemes, args.depths, args.seeds, args.dim, args.heads, args.ffn)
     summary = aggregate(runs)
     record = dict(
-        command="python scripts/probe.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        command=" ".join([".venv/bin/python scripts/probe.py"] + (argv if argv is not None else sys.argv[1:])),
         settings={k: v for k, v in vars(args).items() if k not in ("work", "out", "replot")},
-        data=str(data),
+        data=_display_path(data),
         versions=collect_versions(),
         machine=f"{platform.platform()}, {platform.processor() or platform.machine()}",
         git=git_state(),

@@ -82,6 +82,14 @@ Numbers below: mean ± std over seeds.
 
 {_depth_table(runs, lambda r: r['grad_norm'][0] / r['grad_norm'][-1], '.3g')}
 
+## Median |g| over the bottom block's gradient coordinates (Theorem 3.2)
+
+Adam's first step is alpha g / (|g| + eps): once a block's typical |g| nears eps (fairseq's default
+1e-8), its update is no longer about alpha sign(g) and its sensitivity to gradient noise, alpha eps /
+(|g| + eps)^2, approaches its peak alpha / eps.
+
+{_depth_table(runs, lambda r: r['median_abs_grad'][0], '.2g')}
+
 ## Relative difference of the top pair of block inputs, k = N-1 (Theorems 3.3 and 3.6)
 
 {_depth_table(runs, lambda r: r['rel_diff'][-1], '.3f')}

@@ -153,41 +153,39 @@ def score_test_set(databin, save_dir: Path, refs: List[str]):
 
 
 def run_one(spec: RunSpec, data, refs, settings, runs_dir: Path) -> Dict:
+    """Train (unless ``result.json`` says it was), then judge and score the run.
+
+    The verdict, curves and time are always re-read from the run's log, so the table follows
+    the current shared ``divergence`` rule; a run that trained is decoded once.
+    """
     save_dir = runs_dir / spec.name
     result_file = save_dir / "result.json"
     if result_file.exists():
         result = json.loads(result_file.read_text())
-        # train.out records every attempt, also those of runs resumed after an interruption
-        result["train_seconds"] = training_seconds(save_dir / "train.out")
-        return result
-    save_dir.mkdir(parents=True, exist_ok=True)
-    cmd = training_command(data.databin, save_dir, spec, settings)
-    exit_code = run_to_file(cmd, save_dir / "train.out", spec.name)
+    else:
+        save_dir.mkdir(parents=True, exist_ok=True)
+        cmd = training_command(data.databin, save_dir, spec, settings)
+        exit_code = run_to_file(cmd, save_dir / "train.out", spec.name)
+        if exit_code != 0 and not read_training(save_dir / "train.out").nan_error:
+            # only a NaN stop is a training outcome; anything else is not a verdict on the scheme
+            raise RunError(f"{spec.name}: fairseq-train exited with code {exit_code}; see {save_dir / 'train.out'}")
+        result = dict(**asdict(spec), name=spec.name, train_command=" ".join(cmd[2:]), git=git_state(),
+                      bleu=None, bleu_signature=None, generate_command=None, generate_seconds=0.0)
     log = read_training(save_dir / "train.out")
-    failed = divergence(log)
-    if exit_code != 0 and not log.nan_error:
-        # only a NaN stop is a training outcome; anything else is not a verdict on the scheme
-        raise RunError(f"{spec.name}: fairseq-train exited with code {exit_code}; see {save_dir / 'train.out'}")
-    bleu = signature = generate_cmd = None
-    t1 = time.time()
-    if failed is None:
-        bleu, signature, generate_cmd = score_test_set(data.databin, save_dir, refs)
-    valid = [(u, v) for u, v in log.valid]
-    result = dict(
-        **asdict(spec),
-        name=spec.name,
-        fails=failed,
-        bleu=bleu,
-        bleu_signature=signature,
-        final_valid_loss=valid[-1][1] if valid else None,
+    result.update(
+        fails=divergence(log),
+        final_valid_loss=log.valid[-1][1] if log.valid else None,
         final_train_loss=log.train[-1][1] if log.train else None,
         train_curve=log.train,
-        valid_curve=valid,
+        valid_curve=log.valid,
+        # train.out records every attempt, also those of a run resumed after an interruption
         train_seconds=training_seconds(save_dir / "train.out"),
-        generate_seconds=round(time.time() - t1, 1),
-        train_command=" ".join(cmd[2:]),
-        generate_command=" ".join(generate_cmd[2:]) if generate_cmd else None,
     )
+    if result["fails"] is None and result["bleu"] is None:
+        t0 = time.time()
+        bleu, signature, generate_cmd = score_test_set(data.databin, save_dir, refs)
+        result.update(bleu=bleu, bleu_signature=signature, generate_command=" ".join(generate_cmd[2:]),
+                      generate_seconds=round(time.time() - t0, 1))
     result_file.write_text(json.dumps(result, indent=1) + "\n")
     return result
 
@@ -293,7 +291,8 @@ numbers, curves and exact fairseq commands: [results.json](results.json).
   Moses-detokenised, sacrebleu against the raw references ({signature}).
 - Machine: {meta['machine']}, shared with other jobs (runs under `nice -n 5`, {s.get('jobs', 1)}
   at a time, one torch thread each). Versions: {', '.join(f'{k} {v}' for k, v in meta['versions'].items())}.
-  Code: git commit {meta.get('git', 'unknown')}.
+  Code: the runs were trained at git commit(s) {', '.join(sorted({r.get('git') or 'not recorded' for r in results}))}
+  (per run in results.json); this report was written at {meta.get('git', 'unknown')}.
 - Time: the runs' first training step to this report: {meta['study_minutes']:.0f} min wall
   ({meta['date']}); {run_minutes:.0f} min of training and decoding summed over {len(results)} runs.
 
@@ -367,7 +366,7 @@ def main(argv=None):
     settings = {k: v for k, v in vars(args).items() if k not in ("work", "out")}
     first = min((first_timestamp(work / "runs" / r["name"] / "train.out") for r in results), default=None)
     meta = dict(
-        command="nice -n 5 python scripts/cpu_study.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        command=" ".join(["nice -n 5 .venv/bin/python scripts/cpu_study.py"] + (argv if argv is not None else sys.argv[1:])),
         settings=settings,
         versions=collect_versions(),
         machine=f"{platform.platform()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
