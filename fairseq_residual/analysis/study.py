@@ -122,12 +122,11 @@ def training_seconds(out_file: Path) -> float:
     return round(total, 1)
 
 
-def first_timestamp(out_file: Path):
-    for line in Path(out_file).read_text(encoding="utf-8", errors="replace").splitlines():
-        match = _STAMP.match(line)
-        if match:
-            return datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S")
-    return datetime.now()
+def log_span(out_file: Path):
+    """(first, last) fairseq timestamp of a run's log, over all its attempts."""
+    stamps = [_STAMP.match(line) for line in Path(out_file).read_text(encoding="utf-8", errors="replace").splitlines()]
+    stamps = [datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S") for m in stamps if m]
+    return (stamps[0], stamps[-1]) if stamps else (None, None)
 
 
 def last_per_update(points):
@@ -293,8 +292,9 @@ numbers, curves and exact fairseq commands: [results.json](results.json).
   at a time, one torch thread each). Versions: {', '.join(f'{k} {v}' for k, v in meta['versions'].items())}.
   Code: the runs were trained at git commit(s) {', '.join(sorted({r.get('git') or 'not recorded' for r in results}))}
   (per run in results.json); this report was written at {meta.get('git', 'unknown')}.
-- Time: the runs' first training step to this report: {meta['study_minutes']:.0f} min wall
-  ({meta['date']}); {run_minutes:.0f} min of training and decoding summed over {len(results)} runs.
+- Time: {meta['study_minutes']:.0f} min wall from the first run's first logged step to the last
+  run's last (training only; decoding adds a little), {run_minutes:.0f} min of training and decoding
+  summed over the {len(results)} runs. Report written {meta['date']}.
 
 Regenerate (resumable; finished runs in `--work` are skipped):
 
@@ -364,7 +364,9 @@ def main(argv=None):
     refs = [line.rstrip("\n") for line in open(f"{data.raw_prefixes['test']}.{TGT}", encoding="utf-8")]
     results = run_all(grid(args.schemes, args.depths, args.seeds), data, refs, args, started)
     settings = {k: v for k, v in vars(args).items() if k not in ("work", "out")}
-    first = min((first_timestamp(work / "runs" / r["name"] / "train.out") for r in results), default=None)
+    spans = [log_span(work / "runs" / r["name"] / "train.out") for r in results]
+    first = min((a for a, _ in spans if a), default=None)
+    last = max((b for _, b in spans if b), default=None)
     meta = dict(
         command=" ".join(["nice -n 5 .venv/bin/python scripts/cpu_study.py"] + (argv if argv is not None else sys.argv[1:])),
         settings=settings,
@@ -372,7 +374,7 @@ def main(argv=None):
         machine=f"{platform.platform()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
         git=git_state(),
         wall_seconds=round(time.time() - started, 1),
-        study_minutes=(datetime.now() - first).total_seconds() / 60 if first else 0.0,
+        study_minutes=(last - first).total_seconds() / 60 if first else 0.0,
         date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     )
     write_report(results, meta, out)
