@@ -16,6 +16,7 @@ def test_demo_writes_table_json_and_plot_from_its_own_run(tmp_path, capsys):
     assert [r["scheme"] for r in report["rows"]] == ["post", "residual"]
     for row in report["rows"]:
         assert 0.0 <= row["bleu"] <= 100.0
+        assert row["bleu_signature"].startswith("nrefs:1|case:mixed")
         assert [u for u, _ in row["valid_losses"]] == [2, 4]
         assert f"| {row['scheme']} | {row['bleu']:.2f} |" in printed
     assert (out / "valid_loss.png").stat().st_size > 1000

@@ -113,8 +113,9 @@ def main(argv=None):
     data = prepare_demo_data(work / "data", seed=args.seed, train=args.train_pairs)
     refs = [line.rstrip("\n") for line in open(f"{data.raw_prefixes['test']}.{TGT}", encoding="utf-8")]
 
-    import sacrebleu
+    from sacrebleu.metrics import BLEU
 
+    bleu_metric = BLEU()
     rows = []
     for scheme in schemes:
         save_dir = work / "checkpoints" / scheme
@@ -124,13 +125,13 @@ def main(argv=None):
         run_logged(cmd, f"train {scheme}")
         train_s = time.time() - t0
         run_logged(generate_command(data.databin, save_dir), f"generate {scheme}")
-        bleu = sacrebleu.corpus_bleu(hypotheses(save_dir / "generate-test"), [refs])
+        bleu = bleu_metric.corpus_score(hypotheses(save_dir / "generate-test"), [refs])
         losses = read_valid_losses(save_dir / "train.log")
         rows.append(
             dict(
                 scheme=scheme,
                 bleu=round(bleu.score, 2),
-                bleu_signature=str(bleu.format(signature=True).split(" = ")[0]),
+                bleu_signature=str(bleu_metric.get_signature()),
                 final_valid_loss=losses[-1][1] if losses else None,
                 valid_losses=losses,
                 train_seconds=round(train_s, 1),
