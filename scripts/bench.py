@@ -7,6 +7,7 @@
 See fairseq_residual/bench.py for what is measured and how.
 """
 import argparse
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -14,11 +15,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fairseq_residual  # noqa: E402,F401  (registers the model and presets)
 from fairseq_residual import bench  # noqa: E402
+from fairseq_residual.schemes import SCHEMES  # noqa: E402
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default=",".join(bench.SIZES), help="comma-separated, from: " + ", ".join(list(bench.SIZES) + ["tiny"]))
+    parser.add_argument("--schemes", help="comma-separated residual_transformer schemes to measure at every size (default: each size's own list)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed runs of every variant first")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds")
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
@@ -29,6 +32,12 @@ def main(argv=None):
     if unknown:
         parser.error(f"unknown size(s) {', '.join(unknown)}; choose from {', '.join(known)}")
     sizes = [known[s] for s in args.sizes.split(",")]
+    if args.schemes:
+        schemes = tuple(args.schemes.split(","))
+        unknown = [s for s in schemes if s not in SCHEMES]
+        if unknown:
+            parser.error(f"unknown scheme(s) {', '.join(unknown)}; choose from {', '.join(SCHEMES)}")
+        sizes = [dataclasses.replace(size, schemes=schemes) for size in sizes]
     record = bench.run(sizes, args.warmup, args.rounds, args.threads, bench.command_line(), log=lambda m: print(m, flush=True))
     bench.write(record, args.out)
     print(bench.markdown(record))
