@@ -481,7 +481,11 @@ def run(sizes: Sequence[Size], warmup: int, reps: int, threads: int, command: st
     }
     started = time.perf_counter()
     for size in sizes:
-        record["sizes"].append(measure_size(size, warmup, reps, fresh_process_memory, log=log))
+        size_started, load_before = time.perf_counter(), load_average()
+        result = measure_size(size, warmup, reps, fresh_process_memory, log=log)
+        # the machine may be shared: each size records how busy it was around it
+        result.update(seconds=time.perf_counter() - size_started, load_average_before=load_before, load_average_after=load_average())
+        record["sizes"].append(result)
     record["seconds"] = time.perf_counter() - started
     record["load_average_after"] = load_average()
     return record
@@ -554,7 +558,9 @@ def markdown(record: Dict) -> str:
             f"## {s['name']}: `{s['arch']}`, E{s['layers']}D{s['layers']}, vocabulary {s['vocab']}",
             "",
             f"Training batch {s['batch']} sentences × {s['src_len']} source / {s['tgt_len']} target tokens; "
-            f"generation {s['gen_batch']} sentences, beam {BEAM}, {s['gen_len']} tokens per hypothesis.",
+            f"generation {s['gen_batch']} sentences, beam {BEAM}, {s['gen_len']} tokens per hypothesis. "
+            f"{size['seconds']:.0f} s; load average before {_fmt_load(size['load_average_before'])}, "
+            f"after {_fmt_load(size['load_average_after'])}.",
             "",
             "| variant | params (M) | train tok/s | train speed | generate sent/s | generate speed "
             "| peak MB | peak | RSS rise MB | RSS rise | saved MB | saved |",
