@@ -25,7 +25,11 @@ def collect_versions():
 
 
 def plot_valid_loss(rows, path):
+    import logging
+
     import matplotlib
+
+    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's logging is verbose
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -48,7 +52,7 @@ def write_report(rows, meta, out):
     out = Path(out)
     (out / "results.json").write_text(json.dumps({"rows": rows, **meta}, indent=2) + "\n")
     lines = [
-        "| scheme | test BLEU (sacrebleu) | final valid loss | train time (s) |",
+        "| scheme | test BLEU (sacrebleu) | final valid loss | train wall time (s) |",
         "|---|---|---|---|",
     ]
     for r in rows:
@@ -58,7 +62,9 @@ def write_report(rows, meta, out):
     s = meta["settings"]
     body = f"""# Demo: Post-LN vs Pre-LN vs ResiDual on the embedded synthetic corpus
 
-Measured by `{meta['command']}` on {meta['date']} ({meta['wall_seconds']:.0f} s wall).
+Measured by `{meta['command']}` (what `make demo` runs) on {meta['date']}
+({meta['wall_seconds']:.0f} s wall for this invocation; load average at its start
+{' / '.join(map(str, meta['load_average_at_start']))}: train times include any time other jobs took).
 A small-scale CPU sanity run on a synthetic language pair, **not** a reproduction of any of
 the paper's tables.
 
