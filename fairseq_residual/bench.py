@@ -14,7 +14,10 @@ decodes the same number of steps whatever its (random) weights prefer.
 
 Timing: after warm-up, repetitions are interleaved (A B C A B C ...), so slow phases
 of a shared machine hit every variant alike; each variant's ratio to stock Pre-LN is
-taken within one round, and reported as min / median / max over the rounds.
+taken within one round, and reported as min / median / max over the rounds. The
+targets are on wall time; user CPU time and minor page faults are recorded beside it,
+because on CPU glibc's malloc returns freed memory to the kernel and maps it in again,
+and how often depends on a model's allocation pattern, not on its arithmetic.
 
 Memory, measured on each variant's training step in a fresh process of its own (so that
 no variant inherits another's allocator state), after one untimed step:
@@ -37,6 +40,7 @@ import json
 import os
 import platform
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -324,24 +328,29 @@ def memory_probe_in_fresh_process(size: Size, variant: Variant, threads: int) ->
 def interleaved(jobs: Dict[str, Callable[[], object]], warmup: int, reps: int) -> Dict[str, Dict[str, List[float]]]:
     """Run every job ``warmup`` times, then ``reps`` rounds of one run each, in a fixed order.
 
-    Returns, per job, wall seconds and process CPU seconds of each round. The garbage
-    collector runs between jobs, never inside a timed run.
+    Returns, per job and round: wall seconds, the process's user and system CPU seconds,
+    and its minor page faults (memory the kernel had to map in: allocator churn shows up
+    here and in system time, not in user time). The garbage collector runs between
+    jobs, never inside a timed run.
     """
     for _ in range(warmup):
         for job in jobs.values():
             job()
-    times = {name: {"wall_s": [], "cpu_s": []} for name in jobs}
+    times = {name: {"wall_s": [], "user_s": [], "sys_s": [], "minor_faults": []} for name in jobs}
     gc_was_enabled = gc.isenabled()
     try:
         for _ in range(reps):
             for name, job in jobs.items():
                 gc.collect()
                 gc.disable()
-                wall, cpu = time.perf_counter(), time.process_time()
+                usage, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
                 job()
-                times[name]["wall_s"].append(time.perf_counter() - wall)
-                times[name]["cpu_s"].append(time.process_time() - cpu)
+                wall, after = time.perf_counter() - wall, resource.getrusage(resource.RUSAGE_SELF)
                 gc.enable()
+                times[name]["wall_s"].append(wall)
+                times[name]["user_s"].append(after.ru_utime - usage.ru_utime)
+                times[name]["sys_s"].append(after.ru_stime - usage.ru_stime)
+                times[name]["minor_faults"].append(after.ru_minflt - usage.ru_minflt)
     finally:
         if gc_was_enabled:
             gc.enable()
@@ -377,7 +386,7 @@ def measure_size(size: Size, warmup: int, reps: int, fresh_process_memory: bool 
             **times[name],
             "tokens_per_s": [train_sample["ntokens"] / t for t in times[name]["wall_s"]],
             "ratio_to_reference": ratio_summary(times[REFERENCE]["wall_s"], times[name]["wall_s"]),
-            "cpu_ratio_to_reference": ratio_summary(times[REFERENCE]["cpu_s"], times[name]["cpu_s"]),
+            "user_cpu_ratio_to_reference": ratio_summary(times[REFERENCE]["user_s"], times[name]["user_s"]),
         }
         for name in steps
     }
@@ -394,7 +403,7 @@ def measure_size(size: Size, warmup: int, reps: int, fresh_process_memory: bool 
             "sentences_per_s": [size.gen_batch / t for t in times[name]["wall_s"]],
             "hypothesis_lengths": lengths[name],
             "ratio_to_reference": ratio_summary(times[REFERENCE]["wall_s"], times[name]["wall_s"]),
-            "cpu_ratio_to_reference": ratio_summary(times[REFERENCE]["cpu_s"], times[name]["cpu_s"]),
+            "user_cpu_ratio_to_reference": ratio_summary(times[REFERENCE]["user_s"], times[name]["user_s"]),
         }
         for name in gens
     }
@@ -454,6 +463,8 @@ def versions() -> Dict:
         "torch": torch.__version__,
         "fairseq": fairseq.__version__,
         "threads": torch.get_num_threads(),
+        # glibc malloc tunables change page-fault counts and speed (see interleaved)
+        "malloc_environment": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
         "repository_commit": commit,
     }
 
@@ -544,11 +555,12 @@ def markdown(record: Dict) -> str:
         f"- date: {record['date']}",
         f"- machine: {m['cpu']}, {m['cores']} cores, {_fmt(m['memory_gb'], '.0f')} GB, Linux {m['kernel']}, no GPU",
         f"- versions: Python {v['python']}, torch {v['torch']}, fairseq {v['fairseq']}, {v['threads']} threads, commit {v['repository_commit']}",
-        f"- command: `{record['command']}`",
+        f"- command: `{record['command']}`; memory allocator: glibc malloc, "
+        + (", ".join(f"{k}={x}" for k, x in v["malloc_environment"].items()) or "default settings"),
         f"- warm-up {record['warmup']}, {record['rounds']} interleaved rounds, {record['seconds']:.0f} s in all; "
         f"load average (1, 5, 15 min) before {_fmt_load(record['load_average_before'])}, after {_fmt_load(record['load_average_after'])}",
-        f"- ratios are to `{record['reference']}`; speed: median (min–max) over the rounds, > 1 is faster; "
-        "memory: < 1 is smaller (definitions in `fairseq_residual/bench.py`)",
+        f"- ratios are to `{record['reference']}`; speed: median (min–max) over the rounds, > 1 is faster "
+        "(wall time; user CPU time beside it); memory: < 1 is smaller (definitions in `fairseq_residual/bench.py`)",
         "- variants: " + "; ".join(f"`{n}` = {label}" for n, label in _labels(record).items()),
         "",
     ]
@@ -562,17 +574,28 @@ def markdown(record: Dict) -> str:
             f"{size['seconds']:.0f} s; load average before {_fmt_load(size['load_average_before'])}, "
             f"after {_fmt_load(size['load_average_after'])}.",
             "",
-            "| variant | params (M) | train tok/s | train speed | generate sent/s | generate speed "
-            "| peak MB | peak | RSS rise MB | RSS rise | saved MB | saved |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| variant | params (M) | train tok/s | train speed | train speed, user CPU | page faults / step "
+            "| generate sent/s | generate speed | generate speed, user CPU |",
+            "|---|---|---|---|---|---|---|---|---|",
         ]
         for name in size["variants"]:
-            t, g, mem = size["train"][name], size["generate"][name], size["memory"][name]
+            t, g = size["train"][name], size["generate"][name]
             lines.append(
                 f"| {name} | {size['parameters'][name] / 1e6:.1f} "
                 f"| {statistics.median(t['tokens_per_s']):.0f} | {_fmt_ratio(t['ratio_to_reference'])} "
+                f"| {_fmt_ratio(t['user_cpu_ratio_to_reference'])} | {statistics.median(t['minor_faults']):.0f} "
                 f"| {statistics.median(g['sentences_per_s']):.2f} | {_fmt_ratio(g['ratio_to_reference'])} "
-                f"| {mem['peak_mb']:.1f} | {mem['peak_mb_ratio']:.3f} "
+                f"| {_fmt_ratio(g['user_cpu_ratio_to_reference'])} |"
+            )
+        lines += [
+            "",
+            "| variant | peak MB | peak | RSS rise MB | RSS rise | saved for backward MB | saved |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for name in size["variants"]:
+            mem = size["memory"][name]
+            lines.append(
+                f"| {name} | {mem['peak_mb']:.1f} | {mem['peak_mb_ratio']:.3f} "
                 f"| {_fmt(mem['rss_rise_mb'], '.1f')} | {_fmt(mem['rss_rise_mb_ratio'], '.3f')} "
                 f"| {mem['saved_mb']:.1f} | {mem['saved_mb_ratio']:.3f} |"
             )
