@@ -12,6 +12,10 @@ Training: one forward + backward + Adam step on fairseq's label-smoothed cross e
 with beam 5 and incremental decoding; ``min_len`` = ``max_len`` so that every model
 decodes the same number of steps whatever its (random) weights prefer.
 
+Each size is measured in a process of its own (``measure_size_in_fresh_process``), as
+one training job trains one size: glibc's malloc adapts to the allocations a process has
+seen, and a size measured after others would inherit their heap history.
+
 Timing: after warm-up, repetitions are interleaved (A B C A B C ...), so slow phases
 of a shared machine hit every variant alike; each variant's ratio to stock Pre-LN is
 taken within one round, and reported as min / median / max over the rounds. The
@@ -478,7 +482,46 @@ def load_average() -> Optional[List[float]]:
         return None
 
 
-def run(sizes: Sequence[Size], warmup: int, reps: int, threads: int, command: str, fresh_process_memory: bool = True, log=print) -> Dict:
+def _size_from_json(text: str) -> Size:
+    fields = json.loads(text)
+    for key in ("width", "schemes"):
+        if fields[key] is not None:
+            fields[key] = tuple(fields[key])
+    return Size(**fields)
+
+
+def measure_size_in_fresh_process(size: Size, warmup: int, reps: int, threads: int, fresh_process_memory: bool = True) -> Dict:
+    """``measure_size`` in a process of its own: a size starts from a fresh allocator.
+
+    glibc's malloc adapts its trim and mmap thresholds to what a process has allocated
+    and freed before, so a size measured after others inherits their heap history, and
+    how often a variant then pays page faults depends on the sizes that ran before it
+    (one training job trains one model size). The child's progress lines go to stderr.
+    """
+    out = subprocess.run(
+        [
+            sys.executable, "-m", "fairseq_residual.bench", "size", json.dumps(asdict(size)),
+            str(warmup), str(reps), str(threads), str(int(fresh_process_memory)),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ, PYTHONWARNINGS="ignore"),
+    )
+    if out.returncode != 0:
+        raise RuntimeError(f"benchmark of size {size.name} failed (exit status {out.returncode}); its output is above")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def run(
+    sizes: Sequence[Size],
+    warmup: int,
+    reps: int,
+    threads: int,
+    command: str,
+    fresh_process_memory: bool = True,
+    fresh_process_per_size: bool = True,
+    log=print,
+) -> Dict:
     torch.set_num_threads(threads)
     record = {
         "command": command,
@@ -488,6 +531,7 @@ def run(sizes: Sequence[Size], warmup: int, reps: int, threads: int, command: st
         "load_average_before": load_average(),
         "warmup": warmup,
         "rounds": reps,
+        "fresh_process_per_size": fresh_process_per_size,
         "reference": REFERENCE,
         "targets": TARGETS,
         "sizes": [],
@@ -495,7 +539,11 @@ def run(sizes: Sequence[Size], warmup: int, reps: int, threads: int, command: st
     started = time.perf_counter()
     for size in sizes:
         size_started, load_before = time.perf_counter(), load_average()
-        result = measure_size(size, warmup, reps, fresh_process_memory, log=log)
+        if fresh_process_per_size:
+            log(f"[{size.name}] in a fresh process")
+            result = measure_size_in_fresh_process(size, warmup, reps, threads, fresh_process_memory)
+        else:
+            result = measure_size(size, warmup, reps, fresh_process_memory, log=log)
         # the machine may be shared: each size records how busy it was around it
         result.update(seconds=time.perf_counter() - size_started, load_average_before=load_before, load_average_after=load_average())
         record["sizes"].append(result)
@@ -619,16 +667,26 @@ def command_line() -> str:
     return " ".join([Path(sys.executable).name] + sys.argv)
 
 
-if __name__ == "__main__":
-    # ``python -m fairseq_residual.bench memory SIZE_JSON VARIANT_JSON THREADS``: one memory
-    # probe in this fresh process, printed as one JSON line (see memory_probe_in_fresh_process)
+def _main(argv: Sequence[str]) -> None:
+    """The child processes' entry points; each prints its result as one JSON line.
+
+    ``python -m fairseq_residual.bench memory SIZE_JSON VARIANT_JSON THREADS``: one memory probe;
+    ``python -m fairseq_residual.bench size SIZE_JSON WARMUP ROUNDS THREADS FRESH_MEMORY``: one size.
+    """
     import fairseq_residual  # noqa: F401  (registers the model and presets)
 
-    _, what, size_json, variant_json, threads = sys.argv
-    assert what == "memory", what
-    torch.set_num_threads(int(threads))
-    size_fields = json.loads(size_json)
-    for key in ("width", "schemes"):
-        if size_fields[key] is not None:
-            size_fields[key] = tuple(size_fields[key])
-    print(json.dumps(memory_probe(Size(**size_fields), Variant(**json.loads(variant_json)))))
+    what, size = argv[0], _size_from_json(argv[1])
+    if what == "memory":
+        torch.set_num_threads(int(argv[3]))
+        result = memory_probe(size, Variant(**json.loads(argv[2])))
+    elif what == "size":
+        warmup, reps, threads, fresh_memory = map(int, argv[2:6])
+        torch.set_num_threads(threads)
+        result = measure_size(size, warmup, reps, bool(fresh_memory), log=lambda m: print(m, file=sys.stderr, flush=True))
+    else:
+        raise SystemExit(f"unknown entry point {what!r}: memory or size")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    _main(sys.argv[1:])

@@ -25,6 +25,11 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=2, help="untimed runs of every variant first")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds")
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    parser.add_argument(
+        "--same-process",
+        action="store_true",
+        help="measure every size in this process (default: each size in a fresh process, so none inherits another's allocator state)",
+    )
     parser.add_argument("--out", type=Path, default=Path("results/bench"), help="folder for bench.json and bench.md")
     args = parser.parse_args(argv)
     known = dict(bench.SIZES, tiny=bench.TINY)
@@ -38,7 +43,7 @@ def main(argv=None):
         if unknown:
             parser.error(f"unknown scheme(s) {', '.join(unknown)}; choose from {', '.join(SCHEMES)}")
         sizes = [dataclasses.replace(size, schemes=schemes) for size in sizes]
-    record = bench.run(sizes, args.warmup, args.rounds, args.threads, bench.command_line(), log=lambda m: print(m, flush=True))
+    record = bench.run(sizes, args.warmup, args.rounds, args.threads, bench.command_line(), fresh_process_per_size=not args.same_process, log=lambda m: print(m, flush=True))
     bench.write(record, args.out)
     print(bench.markdown(record))
 

@@ -2,6 +2,7 @@
 
 No timing is asserted: the figures live in results/bench/, written by `make bench`.
 """
+import dataclasses
 import json
 from collections import Counter
 
@@ -15,7 +16,7 @@ from fairseq_residual.schemes import SCHEMES
 
 @pytest.fixture(scope="module")
 def tiny_record(tmp_path_factory):
-    record = bench.run([bench.TINY], warmup=0, reps=2, threads=1, command="pytest", fresh_process_memory=False, log=lambda m: None)
+    record = bench.run([bench.TINY], warmup=0, reps=2, threads=1, command="pytest", fresh_process_memory=False, fresh_process_per_size=False, log=lambda m: None)
     out = tmp_path_factory.mktemp("bench")
     bench.write(record, out)
     return record, out
@@ -65,6 +66,23 @@ def test_memory_probe_in_a_fresh_process_matches_the_in_process_probe():
     assert fresh["persistent_mb"] == here["persistent_mb"]
     assert fresh["saved_mb"] == here["saved_mb"]
     assert fresh["peak_mb"] == pytest.approx(here["peak_mb"], rel=0.02)
+
+
+def test_a_size_measured_in_a_fresh_process_reports_what_the_in_process_run_reports(tiny_record):
+    record, _ = tiny_record
+    fresh = bench.measure_size_in_fresh_process(bench.TINY, warmup=0, reps=1, threads=1, fresh_process_memory=False)
+    (here,) = record["sizes"]
+    assert fresh["variants"] == here["variants"] and fresh["parameters"] == here["parameters"]
+    for name in here["variants"]:
+        assert len(fresh["train"][name]["wall_s"]) == 1 and fresh["train"][name]["tokens_per_s"][0] > 0
+        assert fresh["generate"][name]["hypothesis_lengths"] == here["generate"][name]["hypothesis_lengths"]
+        assert fresh["memory"][name]["saved_mb"] == here["memory"][name]["saved_mb"]
+
+
+def test_a_failing_size_process_is_reported_as_that_size():
+    broken = dataclasses.replace(bench.TINY, arch="no_such_arch")
+    with pytest.raises(RuntimeError, match="benchmark of size tiny failed"):
+        bench.measure_size_in_fresh_process(broken, warmup=0, reps=1, threads=1, fresh_process_memory=False)
 
 
 def test_ratio_summary_is_reference_time_over_variant_time_in_each_round():
