@@ -68,6 +68,14 @@ from .schemes import SCHEMES
 REFERENCE = "stock-pre"
 #: targets of issue 6 (medians): ResiDual vs stock Pre-LN, plugin Post/Pre-LN vs stock
 TARGETS = {"residual_train": 0.97, "residual_memory": 1.05, "residual_generate": 0.97, "plugin_vs_stock": 0.02}
+#: glibc malloc settings of the processes that measure (``--malloc``); see ``malloc_environment``
+MALLOC_SETTINGS = {
+    # keep freed memory: no mapping is returned to the kernel and mapped in again
+    # (what PyTorch's caching allocator does on a GPU)
+    "keep": {"MALLOC_MMAP_THRESHOLD_": "67108864", "MALLOC_TRIM_THRESHOLD_": "4294967296"},
+    # glibc's defaults (dynamic mmap and trim thresholds)
+    "default": {},
+}
 LABEL_SMOOTHING = 0.1
 BEAM = 5
 
@@ -382,6 +390,8 @@ def measure_size(size: Size, warmup: int, reps: int, fresh_process_memory: bool 
         "model": model_args(size),
         "parameters": {n: sum(p.numel() for p in m.parameters()) for n, m in models.items()},
         "variants": {v.name: v.label for v in chosen},
+        # glibc malloc tunables change page-fault counts and speed (see interleaved)
+        "malloc_environment": this_process_malloc_environment(),
     }
 
     log(f"[{size.name}] training: {len(chosen)} variants, warm-up {warmup}, {reps} rounds")
@@ -469,8 +479,6 @@ def versions() -> Dict:
         "torch": torch.__version__,
         "fairseq": fairseq.__version__,
         "threads": torch.get_num_threads(),
-        # glibc malloc tunables change page-fault counts and speed (see interleaved)
-        "malloc_environment": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
         "repository_commit": commit,
     }
 
@@ -490,13 +498,30 @@ def _size_from_json(text: str) -> Size:
     return Size(**fields)
 
 
-def measure_size_in_fresh_process(size: Size, warmup: int, reps: int, threads: int, fresh_process_memory: bool = True) -> Dict:
+def malloc_environment(setting: str, base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """``base`` (default: this process's environment) with glibc's ``MALLOC_*`` variables
+    replaced by those of ``setting`` (a key of MALLOC_SETTINGS)."""
+    if setting not in MALLOC_SETTINGS:
+        raise ValueError(f"unknown malloc setting {setting!r}; choose from {', '.join(MALLOC_SETTINGS)}")
+    env = {k: v for k, v in (os.environ if base is None else base).items() if not k.startswith("MALLOC_")}
+    return {**env, **MALLOC_SETTINGS[setting]}
+
+
+def this_process_malloc_environment() -> Dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
+
+
+def measure_size_in_fresh_process(
+    size: Size, warmup: int, reps: int, threads: int, fresh_process_memory: bool = True, malloc: str = "keep"
+) -> Dict:
     """``measure_size`` in a process of its own: a size starts from a fresh allocator.
 
     glibc's malloc adapts its trim and mmap thresholds to what a process has allocated
     and freed before, so a size measured after others inherits their heap history, and
     how often a variant then pays page faults depends on the sizes that ran before it
-    (one training job trains one model size). The child's progress lines go to stderr.
+    (one training job trains one model size). ``malloc`` picks the child's glibc malloc
+    settings (MALLOC_SETTINGS); its memory probes inherit them. The child's progress
+    lines go to stderr.
     """
     out = subprocess.run(
         [
@@ -505,7 +530,7 @@ def measure_size_in_fresh_process(size: Size, warmup: int, reps: int, threads: i
         ],
         stdout=subprocess.PIPE,
         text=True,
-        env=dict(os.environ, PYTHONWARNINGS="ignore"),
+        env=dict(malloc_environment(malloc), PYTHONWARNINGS="ignore"),
     )
     if out.returncode != 0:
         raise RuntimeError(f"benchmark of size {size.name} failed (exit status {out.returncode}); its output is above")
@@ -520,8 +545,11 @@ def run(
     command: str,
     fresh_process_memory: bool = True,
     fresh_process_per_size: bool = True,
+    malloc: str = "keep",
     log=print,
 ) -> Dict:
+    """Measure ``sizes``, each in a fresh process with glibc malloc set to ``malloc``
+    (MALLOC_SETTINGS), or all in this process, as it was started, if not ``fresh_process_per_size``."""
     torch.set_num_threads(threads)
     record = {
         "command": command,
@@ -532,6 +560,7 @@ def run(
         "warmup": warmup,
         "rounds": reps,
         "fresh_process_per_size": fresh_process_per_size,
+        "malloc": malloc if fresh_process_per_size else "this process",
         "reference": REFERENCE,
         "targets": TARGETS,
         "sizes": [],
@@ -541,7 +570,7 @@ def run(
         size_started, load_before = time.perf_counter(), load_average()
         if fresh_process_per_size:
             log(f"[{size.name}] in a fresh process")
-            result = measure_size_in_fresh_process(size, warmup, reps, threads, fresh_process_memory)
+            result = measure_size_in_fresh_process(size, warmup, reps, threads, fresh_process_memory, malloc)
         else:
             result = measure_size(size, warmup, reps, fresh_process_memory, log=log)
         # the machine may be shared: each size records how busy it was around it
@@ -590,6 +619,16 @@ def target_checks(record: Dict) -> List[Dict]:
     return checks
 
 
+def _fmt_malloc(record: Dict) -> str:
+    settings = {json.dumps(size.get("malloc_environment", {}), sort_keys=True) for size in record["sizes"]}
+    if len(settings) != 1:
+        return "settings differ between sizes (see bench.json)"
+    env = json.loads(settings.pop())
+    where = "each size's process" if record.get("fresh_process_per_size") else "this process"
+    named = f" (`--malloc {record['malloc']}`)" if record.get("malloc") in MALLOC_SETTINGS else ""
+    return (", ".join(f"{k}={x}" for k, x in env.items()) or "default settings") + f" in {where}{named}"
+
+
 def _labels(record: Dict) -> Dict[str, str]:
     labels = {}
     for size in record["sizes"]:
@@ -605,8 +644,7 @@ def markdown(record: Dict) -> str:
         f"- date: {record['date']}",
         f"- machine: {m['cpu']}, {m['cores']} cores, {_fmt(m['memory_gb'], '.0f')} GB, Linux {m['kernel']}, no GPU",
         f"- versions: Python {v['python']}, torch {v['torch']}, fairseq {v['fairseq']}, {v['threads']} threads, commit {v['repository_commit']}",
-        f"- command: `{record['command']}`; memory allocator: glibc malloc, "
-        + (", ".join(f"{k}={x}" for k, x in v["malloc_environment"].items()) or "default settings"),
+        f"- command: `{record['command']}`; memory allocator: glibc malloc, " + _fmt_malloc(record),
         f"- warm-up {record['warmup']}, {record['rounds']} interleaved rounds, {record['seconds']:.0f} s in all; "
         f"load average (1, 5, 15 min) before {_fmt_load(record['load_average_before'])}, after {_fmt_load(record['load_average_after'])}",
         f"- ratios are to `{record['reference']}`; speed: median (min–max) over the rounds, > 1 is faster "

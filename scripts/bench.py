@@ -30,8 +30,18 @@ def main(argv=None):
         action="store_true",
         help="measure every size in this process (default: each size in a fresh process, so none inherits another's allocator state)",
     )
+    parser.add_argument(
+        "--malloc",
+        choices=list(bench.MALLOC_SETTINGS),
+        help="glibc malloc settings of the measuring processes: 'keep' freed memory (MALLOC_MMAP_THRESHOLD_=64 MiB, "
+        "MALLOC_TRIM_THRESHOLD_=4 GiB: no memory handed back to the kernel and faulted in again, as with PyTorch's "
+        "caching allocator on a GPU; the default) or glibc's 'default' settings",
+    )
     parser.add_argument("--out", type=Path, default=Path("results/bench"), help="folder for bench.json and bench.md")
     args = parser.parse_args(argv)
+    if args.same_process and args.malloc:
+        parser.error("--malloc sets the measuring processes' environment; with --same-process set MALLOC_* variables before starting instead")
+    args.malloc = args.malloc or "keep"
     known = dict(bench.SIZES, tiny=bench.TINY)
     unknown = [s for s in args.sizes.split(",") if s not in known]
     if unknown:
@@ -43,7 +53,7 @@ def main(argv=None):
         if unknown:
             parser.error(f"unknown scheme(s) {', '.join(unknown)}; choose from {', '.join(SCHEMES)}")
         sizes = [dataclasses.replace(size, schemes=schemes) for size in sizes]
-    record = bench.run(sizes, args.warmup, args.rounds, args.threads, bench.command_line(), fresh_process_per_size=not args.same_process, log=lambda m: print(m, flush=True))
+    record = bench.run(sizes, args.warmup, args.rounds, args.threads, bench.command_line(), fresh_process_per_size=not args.same_process, malloc=args.malloc, log=lambda m: print(m, flush=True))
     bench.write(record, args.out)
     print(bench.markdown(record))
 

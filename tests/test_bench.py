@@ -70,8 +70,10 @@ def test_memory_probe_in_a_fresh_process_matches_the_in_process_probe():
 
 def test_a_size_measured_in_a_fresh_process_reports_what_the_in_process_run_reports(tiny_record):
     record, _ = tiny_record
-    fresh = bench.measure_size_in_fresh_process(bench.TINY, warmup=0, reps=1, threads=1, fresh_process_memory=False)
+    fresh = bench.measure_size_in_fresh_process(bench.TINY, warmup=0, reps=1, threads=1, fresh_process_memory=False, malloc="keep")
     (here,) = record["sizes"]
+    # the child ran with the requested glibc settings, and says so in its result
+    assert fresh["malloc_environment"] == bench.MALLOC_SETTINGS["keep"]
     assert fresh["variants"] == here["variants"] and fresh["parameters"] == here["parameters"]
     for name in here["variants"]:
         assert len(fresh["train"][name]["wall_s"]) == 1 and fresh["train"][name]["tokens_per_s"][0] > 0
@@ -83,6 +85,14 @@ def test_a_failing_size_process_is_reported_as_that_size():
     broken = dataclasses.replace(bench.TINY, arch="no_such_arch")
     with pytest.raises(RuntimeError, match="benchmark of size tiny failed"):
         bench.measure_size_in_fresh_process(broken, warmup=0, reps=1, threads=1, fresh_process_memory=False)
+
+
+def test_malloc_environment_replaces_every_malloc_variable_and_keeps_the_rest():
+    base = {"PATH": "/bin", "MALLOC_ARENA_MAX": "2", "MALLOC_TRIM_THRESHOLD_": "1"}
+    assert bench.malloc_environment("default", base) == {"PATH": "/bin"}
+    assert bench.malloc_environment("keep", base) == {"PATH": "/bin", **bench.MALLOC_SETTINGS["keep"]}
+    with pytest.raises(ValueError, match="unknown malloc setting 'jemalloc'; choose from keep, default"):
+        bench.malloc_environment("jemalloc", base)
 
 
 def test_ratio_summary_is_reference_time_over_variant_time_in_each_round():
