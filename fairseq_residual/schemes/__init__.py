@@ -1,7 +1,12 @@
 """Residual schemes: one small module per scheme, registered here by name.
 
 Adding a scheme: write a ``ResidualScheme`` subclass in its own module, add it to
-``SCHEMES`` below, and it becomes a ``--residual-scheme`` choice everywhere.
+``SCHEMES`` below, and it becomes a ``--residual-scheme`` choice everywhere. If it needs
+its own layers, write one mixin for both stacks (``base.SchemeLayer``, whose
+``setup_layer`` adds parameters or initialisation; ``base.SublayerAwareLayer`` for a
+residual sum that depends on the sub-layer) and combine it with fairseq's
+``TransformerEncoderLayerBase`` and ``TransformerDecoderLayerBase``, with no constructor
+of its own (``b2t.py`` is the shortest example).
 """
 from typing import Dict
 

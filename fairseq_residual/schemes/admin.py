@@ -86,7 +86,7 @@ class OmegaProfile:
 class AdminLayer(SublayerAwareLayer):
     """Mixin: fairseq's Post-LN layer with x_{i-1} * omega_i in each residual sum."""
 
-    def _init_admin(self):
+    def setup_layer(self, cfg, decoder):
         for sublayer in self.admin_sublayers():
             self.register_buffer(f"{sublayer}_omega0", torch.ones(()))
             delta = nn.Parameter(torch.zeros(self.embed_dim))
@@ -111,20 +111,11 @@ class AdminLayer(SublayerAwareLayer):
 
 
 class AdminEncoderLayer(AdminLayer, TransformerEncoderLayerBase):
-    def __init__(self, cfg, return_fc=False):
-        super().__init__(cfg, return_fc=return_fc)
-        self._init_admin()
+    pass
 
 
 class AdminDecoderLayer(AdminLayer, TransformerDecoderLayerBase):
-    def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
-        super().__init__(
-            cfg,
-            no_encoder_attn=no_encoder_attn,
-            add_bias_kv=add_bias_kv,
-            add_zero_attn=add_zero_attn,
-        )
-        self._init_admin()
+    pass
 
 
 def _start_profiling(stack, args):

@@ -55,7 +55,25 @@ class ResidualScheme:
         """
 
 
-class SublayerAwareLayer:
+class SchemeLayer:
+    """Mixin for a scheme's layer classes: fairseq builds the layer, then ``setup_layer``
+    adds what the scheme needs to it.
+
+    One mixin serves both stacks: ``class XEncoderLayer(XLayer, TransformerEncoderLayerBase)``
+    and ``class XDecoderLayer(XLayer, TransformerDecoderLayerBase)``, with no constructor of
+    their own; fairseq's constructor arguments pass through unchanged.
+    """
+
+    def __init__(self, cfg, *args, **kwargs):
+        super().__init__(cfg, *args, **kwargs)
+        self.setup_layer(cfg, decoder=isinstance(self, TransformerDecoderLayerBase))
+
+    def setup_layer(self, cfg, decoder: bool) -> None:
+        """Called once at the end of the constructor; ``decoder``: which stack the layer is in
+        (``cfg`` is fairseq's nested TransformerConfig). The default does nothing."""
+
+
+class SublayerAwareLayer(SchemeLayer):
     """Mixin for a fairseq layer whose residual sum depends on which sub-layer it closes.
 
     fairseq's layer ``forward`` calls ``residual_connection(x, residual)`` once per

@@ -42,7 +42,7 @@ from fairseq.modules.transformer_layer import (
 )
 from torch import nn
 
-from .base import ResidualScheme
+from .base import ResidualScheme, SchemeLayer
 
 
 class DeepNormConstants(NamedTuple):
@@ -84,10 +84,11 @@ def deepnorm_init(layer, beta: float):
     _xavier_normal(layer.fc2, beta, scale_bias=True)
 
 
-class DeepNormLayer:
+class DeepNormLayer(SchemeLayer):
     """Mixin: fairseq's Post-LN layer with x_l weighted by alpha and the DeepNet init."""
 
-    def _init_deepnorm(self, constants: DeepNormConstants):
+    def setup_layer(self, cfg, decoder):
+        constants = constants_from_config(cfg)[int(decoder)]
         self.deepnorm_alpha = constants.alpha
         deepnorm_init(self, constants.beta)
 
@@ -97,20 +98,11 @@ class DeepNormLayer:
 
 
 class DeepNormEncoderLayer(DeepNormLayer, TransformerEncoderLayerBase):
-    def __init__(self, cfg, return_fc=False):
-        super().__init__(cfg, return_fc=return_fc)
-        self._init_deepnorm(constants_from_config(cfg)[0])
+    pass
 
 
 class DeepNormDecoderLayer(DeepNormLayer, TransformerDecoderLayerBase):
-    def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
-        super().__init__(
-            cfg,
-            no_encoder_attn=no_encoder_attn,
-            add_bias_kv=add_bias_kv,
-            add_zero_attn=add_zero_attn,
-        )
-        self._init_deepnorm(constants_from_config(cfg)[1])
+    pass
 
 
 class DeepNet(ResidualScheme):

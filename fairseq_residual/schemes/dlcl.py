@@ -39,7 +39,7 @@ from fairseq.modules.transformer_layer import (
 )
 from torch import Tensor, nn
 
-from .base import ResidualScheme, stack_layers
+from .base import ResidualScheme, SchemeLayer, stack_layers
 
 
 def combine_history(history: Tensor, weight: Tensor, embed_dim: int) -> Tensor:
@@ -56,12 +56,13 @@ def uniform_row(row: Tensor, inputs: int):
         row[:inputs] = 1.0 / inputs
 
 
-class HistoryLayer:
+class HistoryLayer(SchemeLayer):
     """Mixin: a fairseq Pre-LN layer reading sum_k W[l+1, k] LN_k(y_k), appending LN(y_{l+1})."""
 
-    def _init_history(self, num_layers: int, export: bool):
+    def setup_layer(self, cfg, decoder):
+        num_layers = (cfg.decoder if decoder else cfg.encoder).layers
         self.history_weight = nn.Parameter(torch.zeros(num_layers + 1))  # filled by DLCL.initialize
-        self.history_norm = LayerNorm(self.embed_dim, export=export)
+        self.history_norm = LayerNorm(self.embed_dim, export=cfg.export)
 
     def forward(self, history, *args, **kwargs):
         x = combine_history(history, self.history_weight, self.embed_dim)
@@ -74,20 +75,11 @@ class HistoryLayer:
 
 
 class DLCLEncoderLayer(HistoryLayer, TransformerEncoderLayerBase):
-    def __init__(self, cfg, return_fc=False):
-        super().__init__(cfg, return_fc=return_fc)
-        self._init_history(cfg.encoder.layers, cfg.export)
+    pass
 
 
 class DLCLDecoderLayer(HistoryLayer, TransformerDecoderLayerBase):
-    def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
-        super().__init__(
-            cfg,
-            no_encoder_attn=no_encoder_attn,
-            add_bias_kv=add_bias_kv,
-            add_zero_attn=add_zero_attn,
-        )
-        self._init_history(cfg.decoder.layers, cfg.export)
+    pass
 
 
 class HistoryOutput(nn.LayerNorm):

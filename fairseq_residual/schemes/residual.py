@@ -34,7 +34,7 @@ from fairseq.modules.transformer_layer import (
 )
 from torch import Tensor, nn
 
-from .base import ResidualScheme
+from .base import ResidualScheme, SchemeLayer
 
 #: epsilon of the LN on x^d; the authors' release uses 1e-7 so that a small
 #: ``--dual-stream-scale`` does not reach the epsilon (fairseq's default is 1e-5)
@@ -53,14 +53,14 @@ def pack_streams(x_ln: Tensor, x_dual: Tensor) -> Tensor:
     return torch.cat((x_ln, x_dual), dim=-1)
 
 
-class DualStreamLayer:
+class DualStreamLayer(SchemeLayer):
     """Mixin that turns a fairseq Post-LN layer into a ResiDual layer.
 
     ``forward`` unpacks the two paths, runs fairseq's own Post-LN forward on x^ln
     (while ``residual_connection`` adds each x^f_k to x^d) and packs them again.
     """
 
-    def _init_dual_stream(self, cfg):
+    def setup_layer(self, cfg, decoder):
         self.dual_stream_scale = float(cfg.dual_stream_scale)
         self._x_dual = None  # x^d while this layer's forward runs; None otherwise
 
@@ -87,20 +87,11 @@ class DualStreamLayer:
 
 
 class ResiDualEncoderLayer(DualStreamLayer, TransformerEncoderLayerBase):
-    def __init__(self, cfg, return_fc=False):
-        super().__init__(cfg, return_fc=return_fc)
-        self._init_dual_stream(cfg)
+    pass
 
 
 class ResiDualDecoderLayer(DualStreamLayer, TransformerDecoderLayerBase):
-    def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
-        super().__init__(
-            cfg,
-            no_encoder_attn=no_encoder_attn,
-            add_bias_kv=add_bias_kv,
-            add_zero_attn=add_zero_attn,
-        )
-        self._init_dual_stream(cfg)
+    pass
 
 
 class DualStreamOutput(nn.LayerNorm):

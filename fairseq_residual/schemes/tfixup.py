@@ -39,7 +39,7 @@ from fairseq.modules.transformer_layer import (
 )
 from torch import nn
 
-from .base import ResidualScheme
+from .base import ResidualScheme, SchemeLayer
 
 
 def tfixup_scales(encoder_layers: int, decoder_layers: int) -> Tuple[float, float]:
@@ -68,32 +68,23 @@ def tfixup_layer_init(layer, scale: float):
         attn.out_proj.weight.data.mul_(scale)
 
 
-class NoLayerNormLayer:
-    """Mixin: fairseq's Post-LN layer with every LayerNorm replaced by the identity."""
+class NoLayerNormLayer(SchemeLayer):
+    """Mixin: fairseq's Post-LN layer with every LayerNorm replaced by the identity,
+    and the T-Fixup initialisation of its attention and FFN."""
 
-    def _remove_layer_norms(self):
+    def setup_layer(self, cfg, decoder):
         for name in ("self_attn_layer_norm", "encoder_attn_layer_norm", "final_layer_norm"):
             if getattr(self, name, None) is not None:
                 setattr(self, name, nn.Identity())
+        tfixup_layer_init(self, tfixup_scales(cfg.encoder.layers, cfg.decoder.layers)[int(decoder)])
 
 
 class TFixupEncoderLayer(NoLayerNormLayer, TransformerEncoderLayerBase):
-    def __init__(self, cfg, return_fc=False):
-        super().__init__(cfg, return_fc=return_fc)
-        self._remove_layer_norms()
-        tfixup_layer_init(self, tfixup_scales(cfg.encoder.layers, cfg.decoder.layers)[0])
+    pass
 
 
 class TFixupDecoderLayer(NoLayerNormLayer, TransformerDecoderLayerBase):
-    def __init__(self, cfg, no_encoder_attn=False, add_bias_kv=False, add_zero_attn=False):
-        super().__init__(
-            cfg,
-            no_encoder_attn=no_encoder_attn,
-            add_bias_kv=add_bias_kv,
-            add_zero_attn=add_zero_attn,
-        )
-        self._remove_layer_norms()
-        tfixup_layer_init(self, tfixup_scales(cfg.encoder.layers, cfg.decoder.layers)[1])
+    pass
 
 
 class TFixup(ResidualScheme):
