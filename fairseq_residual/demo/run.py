@@ -6,11 +6,15 @@ translates the test set with ``fairseq-generate`` (beam 5), scores detokenised
 output with sacrebleu and writes ``results/demo/`` (a markdown table with the
 command and versions, JSON, and a PNG of validation-loss curves).
 
+The schemes train side by side, ``--jobs`` at a time (default: one per CPU core, one
+intra-op thread each); every process's progress lines carry its scheme's name.
+
 Every step is resumable: finished data stages are skipped and a model whose
 ``checkpoint_last.pt`` already reached ``--max-update`` is not trained again.
 """
 import argparse
 import os
+from concurrent.futures import ThreadPoolExecutor
 import platform
 import subprocess
 import sys
@@ -115,6 +119,12 @@ def main(argv=None):
     p.add_argument("--train-pairs", type=int, default=6000)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument(
+        "--jobs",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="schemes trained at the same time, each with one thread (default: the number of CPU cores)",
+    )
+    p.add_argument(
         "--schemes",
         default=DEFAULT_SCHEMES,
         help=f"comma-separated residual schemes to compare (any of: {', '.join(SCHEMES)})",
@@ -124,6 +134,8 @@ def main(argv=None):
     unknown = [s for s in schemes if s not in SCHEMES]
     if unknown:
         p.error(f"unknown scheme(s) {', '.join(unknown)}; choose from {', '.join(SCHEMES)}")
+    if args.jobs < 1:
+        p.error(f"--jobs must be at least 1, got {args.jobs}")
 
     started = time.time()
     load_at_start = [round(x, 2) for x in os.getloadavg()]
@@ -133,27 +145,28 @@ def main(argv=None):
 
     from sacrebleu.metrics import BLEU
 
-    bleu_metric = BLEU()
-    rows = []
-    for scheme in schemes:
+    def train_and_score(scheme):
         save_dir = work / "checkpoints" / scheme
         save_dir.mkdir(parents=True, exist_ok=True)
         cmd = train_command(data.databin, save_dir, scheme, args)
         train_s = timed(lambda: run_logged(cmd, f"train {scheme}"), save_dir / "train_seconds.txt")
         run_logged(generate_command(data.databin, save_dir), f"generate {scheme}")
+        bleu_metric = BLEU()  # one per thread
         bleu = bleu_metric.corpus_score(hypotheses(save_dir / "generate-test"), [refs])
         losses = read_valid_losses(save_dir / "train.log")
-        rows.append(
-            dict(
-                scheme=scheme,
-                bleu=round(bleu.score, 2),
-                bleu_signature=str(bleu_metric.get_signature()),
-                final_valid_loss=losses[-1][1] if losses else None,
-                valid_losses=losses,
-                train_seconds=round(train_s, 1),
-                train_command=" ".join(cmd[2:]),
-            )
+        return dict(
+            scheme=scheme,
+            bleu=round(bleu.score, 2),
+            bleu_signature=str(bleu_metric.get_signature()),
+            final_valid_loss=losses[-1][1] if losses else None,
+            valid_losses=losses,
+            train_seconds=round(train_s, 1),
+            train_command=" ".join(cmd[2:]),
         )
+
+    # map() returns the rows in scheme order and re-raises the first failure
+    with ThreadPoolExecutor(max_workers=min(args.jobs, len(schemes))) as pool:
+        rows = list(pool.map(train_and_score, schemes))
     out.mkdir(parents=True, exist_ok=True)
     plot_valid_loss(rows, out / "valid_loss.png")
     meta = dict(
