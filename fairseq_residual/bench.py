@@ -70,9 +70,10 @@ REFERENCE = "stock-pre"
 TARGETS = {"residual_train": 0.97, "residual_memory": 1.05, "residual_generate": 0.97, "plugin_vs_stock": 0.02}
 #: glibc malloc settings of the processes that measure (``--malloc``); see ``malloc_environment``
 MALLOC_SETTINGS = {
-    # keep freed memory: no mapping is returned to the kernel and mapped in again
-    # (what PyTorch's caching allocator does on a GPU)
-    "keep": {"MALLOC_MMAP_THRESHOLD_": "67108864", "MALLOC_TRIM_THRESHOLD_": "4294967296"},
+    # keep freed memory: every block comes from the heap (no mmap, whose munmap hands the
+    # pages back) and the heap is never trimmed, so after warm-up a step maps in no new
+    # pages, as with PyTorch's caching allocator on a GPU
+    "keep": {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(64 << 30)},
     # glibc's defaults (dynamic mmap and trim thresholds)
     "default": {},
 }

@@ -33,8 +33,8 @@ def main(argv=None):
     parser.add_argument(
         "--malloc",
         choices=list(bench.MALLOC_SETTINGS),
-        help="glibc malloc settings of the measuring processes: 'keep' freed memory (MALLOC_MMAP_THRESHOLD_=64 MiB, "
-        "MALLOC_TRIM_THRESHOLD_=4 GiB: no memory handed back to the kernel and faulted in again, as with PyTorch's "
+        help="glibc malloc settings of the measuring processes: 'keep' freed memory (MALLOC_MMAP_MAX_=0, "
+        "MALLOC_TRIM_THRESHOLD_=64 GiB: no memory handed back to the kernel and faulted in again, as with PyTorch's "
         "caching allocator on a GPU; the default) or glibc's 'default' settings",
     )
     parser.add_argument("--out", type=Path, default=Path("results/bench"), help="folder for bench.json and bench.md")
