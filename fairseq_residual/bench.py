@@ -379,7 +379,12 @@ def ratio_summary(reference: Sequence[float], other: Sequence[float]) -> Dict[st
     return {"min": min(ratios), "median": statistics.median(ratios), "max": max(ratios)}
 
 
-def measure_size(size: Size, warmup: int, reps: int, fresh_process_memory: bool = True, log=print) -> Dict:
+def measure_size(
+    size: Size, warmup: int, reps: int, fresh_process_memory: bool = True, log=print, gen_reps: Optional[int] = None
+) -> Dict:
+    """Training and generation speed (``reps`` and ``gen_reps`` rounds; ``gen_reps`` defaults
+    to ``reps``) and memory of every variant at ``size``, in this process."""
+    gen_reps = reps if gen_reps is None else gen_reps
     task = SyntheticTask(size.vocab)
     pad = task.target_dictionary.pad()
     train_sample = synthetic_batch(task, size.batch, size.src_len, size.tgt_len, seed=0)
@@ -410,10 +415,10 @@ def measure_size(size: Size, warmup: int, reps: int, fresh_process_memory: bool 
     del steps
     _release_free_memory()
 
-    log(f"[{size.name}] generation: beam {BEAM}, {size.gen_batch} sentences x {size.gen_len} tokens")
+    log(f"[{size.name}] generation: beam {BEAM}, {size.gen_batch} sentences x {size.gen_len} tokens, {gen_reps} rounds")
     gens = {n: Generation(m, task, gen_sample, size.gen_len) for n, m in models.items()}
     lengths = {n: sorted({len(h["tokens"]) for hyps in g() for h in hyps}) for n, g in gens.items()}
-    times = interleaved(gens, warmup=warmup, reps=reps)
+    times = interleaved(gens, warmup=warmup, reps=gen_reps)
     result["generate"] = {
         name: {
             **times[name],
@@ -513,7 +518,13 @@ def this_process_malloc_environment() -> Dict[str, str]:
 
 
 def measure_size_in_fresh_process(
-    size: Size, warmup: int, reps: int, threads: int, fresh_process_memory: bool = True, malloc: str = "keep"
+    size: Size,
+    warmup: int,
+    reps: int,
+    threads: int,
+    fresh_process_memory: bool = True,
+    malloc: str = "keep",
+    gen_reps: Optional[int] = None,
 ) -> Dict:
     """``measure_size`` in a process of its own: a size starts from a fresh allocator.
 
@@ -528,6 +539,7 @@ def measure_size_in_fresh_process(
         [
             sys.executable, "-m", "fairseq_residual.bench", "size", json.dumps(asdict(size)),
             str(warmup), str(reps), str(threads), str(int(fresh_process_memory)),
+            str(reps if gen_reps is None else gen_reps),
         ],
         stdout=subprocess.PIPE,
         text=True,
@@ -548,6 +560,7 @@ def run(
     fresh_process_per_size: bool = True,
     malloc: str = "keep",
     log=print,
+    gen_reps: Optional[int] = None,
 ) -> Dict:
     """Measure ``sizes``, each in a fresh process with glibc malloc set to ``malloc``
     (MALLOC_SETTINGS), or all in this process, as it was started, if not ``fresh_process_per_size``."""
@@ -560,6 +573,7 @@ def run(
         "load_average_before": load_average(),
         "warmup": warmup,
         "rounds": reps,
+        "generation_rounds": reps if gen_reps is None else gen_reps,
         "fresh_process_per_size": fresh_process_per_size,
         "malloc": malloc if fresh_process_per_size else "this process",
         "reference": REFERENCE,
@@ -571,9 +585,9 @@ def run(
         size_started, load_before = time.perf_counter(), load_average()
         if fresh_process_per_size:
             log(f"[{size.name}] in a fresh process")
-            result = measure_size_in_fresh_process(size, warmup, reps, threads, fresh_process_memory, malloc)
+            result = measure_size_in_fresh_process(size, warmup, reps, threads, fresh_process_memory, malloc, gen_reps)
         else:
-            result = measure_size(size, warmup, reps, fresh_process_memory, log=log)
+            result = measure_size(size, warmup, reps, fresh_process_memory, log=log, gen_reps=gen_reps)
         # the machine may be shared: each size records how busy it was around it
         result.update(seconds=time.perf_counter() - size_started, load_average_before=load_before, load_average_after=load_average())
         record["sizes"].append(result)
@@ -646,7 +660,8 @@ def markdown(record: Dict) -> str:
         f"- machine: {m['cpu']}, {m['cores']} cores, {_fmt(m['memory_gb'], '.0f')} GB, Linux {m['kernel']}, no GPU",
         f"- versions: Python {v['python']}, torch {v['torch']}, fairseq {v['fairseq']}, {v['threads']} threads, commit {v['repository_commit']}",
         f"- command: `{record['command']}`; memory allocator: glibc malloc, " + _fmt_malloc(record),
-        f"- warm-up {record['warmup']}, {record['rounds']} interleaved rounds, {record['seconds']:.0f} s in all; "
+        f"- warm-up {record['warmup']}, interleaved rounds: {record['rounds']} of training, "
+        f"{record.get('generation_rounds', record['rounds'])} of generation; {record['seconds']:.0f} s in all; "
         f"load average (1, 5, 15 min) before {_fmt_load(record['load_average_before'])}, after {_fmt_load(record['load_average_after'])}",
         f"- ratios are to `{record['reference']}`; speed: median (min–max) over the rounds, > 1 is faster "
         "(wall time; user CPU time beside it); memory: < 1 is smaller (definitions in `fairseq_residual/bench.py`)",
@@ -710,7 +725,7 @@ def _main(argv: Sequence[str]) -> None:
     """The child processes' entry points; each prints its result as one JSON line.
 
     ``python -m fairseq_residual.bench memory SIZE_JSON VARIANT_JSON THREADS``: one memory probe;
-    ``python -m fairseq_residual.bench size SIZE_JSON WARMUP ROUNDS THREADS FRESH_MEMORY``: one size.
+    ``python -m fairseq_residual.bench size SIZE_JSON WARMUP ROUNDS THREADS FRESH_MEMORY GEN_ROUNDS``: one size.
     """
     import fairseq_residual  # noqa: F401  (registers the model and presets)
 
@@ -719,9 +734,10 @@ def _main(argv: Sequence[str]) -> None:
         torch.set_num_threads(int(argv[3]))
         result = memory_probe(size, Variant(**json.loads(argv[2])))
     elif what == "size":
-        warmup, reps, threads, fresh_memory = map(int, argv[2:6])
+        warmup, reps, threads, fresh_memory, gen_reps = map(int, argv[2:7])
         torch.set_num_threads(threads)
-        result = measure_size(size, warmup, reps, bool(fresh_memory), log=lambda m: print(m, file=sys.stderr, flush=True))
+        log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
+        result = measure_size(size, warmup, reps, bool(fresh_memory), log=log, gen_reps=gen_reps)
     else:
         raise SystemExit(f"unknown entry point {what!r}: memory or size")
     print(json.dumps(result))

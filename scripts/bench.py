@@ -23,7 +23,13 @@ def main(argv=None):
     parser.add_argument("--sizes", default=",".join(bench.SIZES), help="comma-separated, from: " + ", ".join(list(bench.SIZES) + ["tiny"]))
     parser.add_argument("--schemes", help="comma-separated residual_transformer schemes to measure at every size (default: each size's own list)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed runs of every variant first")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds of training")
+    parser.add_argument(
+        "--generation-rounds",
+        type=int,
+        default=15,
+        help="interleaved timed rounds of generation (a run is short: more rounds for a stable median)",
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     parser.add_argument(
         "--same-process",
@@ -53,7 +59,7 @@ def main(argv=None):
         if unknown:
             parser.error(f"unknown scheme(s) {', '.join(unknown)}; choose from {', '.join(SCHEMES)}")
         sizes = [dataclasses.replace(size, schemes=schemes) for size in sizes]
-    record = bench.run(sizes, args.warmup, args.rounds, args.threads, bench.command_line(), fresh_process_per_size=not args.same_process, malloc=args.malloc, log=lambda m: print(m, flush=True))
+    record = bench.run(sizes, args.warmup, args.rounds, args.threads, bench.command_line(), fresh_process_per_size=not args.same_process, malloc=args.malloc, log=lambda m: print(m, flush=True), gen_reps=args.generation_rounds)
     bench.write(record, args.out)
     print(bench.markdown(record))
 

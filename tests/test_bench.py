@@ -16,7 +16,10 @@ from fairseq_residual.schemes import SCHEMES
 
 @pytest.fixture(scope="module")
 def tiny_record(tmp_path_factory):
-    record = bench.run([bench.TINY], warmup=0, reps=2, threads=1, command="pytest", fresh_process_memory=False, fresh_process_per_size=False, log=lambda m: None)
+    record = bench.run(
+        [bench.TINY], warmup=0, reps=2, threads=1, command="pytest",
+        fresh_process_memory=False, fresh_process_per_size=False, log=lambda m: None, gen_reps=3,
+    )  # fmt: skip
     out = tmp_path_factory.mktemp("bench")
     bench.write(record, out)
     return record, out
@@ -34,7 +37,7 @@ def test_tiny_benchmark_covers_stock_transformers_and_every_registered_scheme(ti
     for name in expected:
         assert len(size["train"][name]["wall_s"]) == 2 and min(size["train"][name]["tokens_per_s"]) > 0
         assert min(size["train"][name]["user_s"]) > 0 and min(size["train"][name]["minor_faults"]) >= 0
-        assert min(size["generate"][name]["sentences_per_s"]) > 0
+        assert len(size["generate"][name]["wall_s"]) == 3 and min(size["generate"][name]["sentences_per_s"]) > 0
     # the reference's ratio to itself is exactly one in every round
     assert size["train"]["stock-pre"]["ratio_to_reference"] == {"min": 1.0, "median": 1.0, "max": 1.0}
     assert size["memory"]["stock-pre"]["peak_mb_ratio"] == 1.0
@@ -70,13 +73,14 @@ def test_memory_probe_in_a_fresh_process_matches_the_in_process_probe():
 
 def test_a_size_measured_in_a_fresh_process_reports_what_the_in_process_run_reports(tiny_record):
     record, _ = tiny_record
-    fresh = bench.measure_size_in_fresh_process(bench.TINY, warmup=0, reps=1, threads=1, fresh_process_memory=False, malloc="keep")
+    fresh = bench.measure_size_in_fresh_process(bench.TINY, warmup=0, reps=1, threads=1, fresh_process_memory=False, malloc="keep", gen_reps=2)
     (here,) = record["sizes"]
     # the child ran with the requested glibc settings, and says so in its result
     assert fresh["malloc_environment"] == bench.MALLOC_SETTINGS["keep"]
     assert fresh["variants"] == here["variants"] and fresh["parameters"] == here["parameters"]
     for name in here["variants"]:
         assert len(fresh["train"][name]["wall_s"]) == 1 and fresh["train"][name]["tokens_per_s"][0] > 0
+        assert len(fresh["generate"][name]["wall_s"]) == 2
         assert fresh["generate"][name]["hypothesis_lengths"] == here["generate"][name]["hypothesis_lengths"]
         assert fresh["memory"][name]["saved_mb"] == here["memory"][name]["saved_mb"]
 
