@@ -18,7 +18,13 @@ seen, and a size measured after others would inherit their heap history.
 
 Timing: after warm-up, repetitions are interleaved (A B C A B C ...), so slow phases
 of a shared machine hit every variant alike; each variant's ratio to stock Pre-LN is
-taken within one round, and reported as min / median / max over the rounds. The
+taken within one round, and reported as min / median / max over the rounds. Where a
+model's tensors land in memory depends on what was allocated before it, and that alone
+makes one instance of a model a few percent faster or slower than another instance of
+the same model for the life of a process; so a size is measured in several processes
+("layouts"), each building and running the variants in a rotated order, and the rounds
+of all layouts are pooled. The measuring processes run with glibc malloc set to keep
+freed memory (``MALLOC_SETTINGS``), as PyTorch's caching allocator does on a GPU. The
 targets are on wall time; user CPU time and minor page faults are recorded beside it,
 because on CPU glibc's malloc returns freed memory to the kernel and maps it in again,
 and how often depends on a model's allocation pattern, not on its arithmetic.
@@ -106,7 +112,8 @@ class Size:
 SIZES = {
     s.name: s
     for s in (
-        Size("iwslt-e6d6", "residual_transformer_iwslt_de_en", 6, 10000, 64, 32, 32, 16, 24),
+        # the other schemes (DeepNet, B2T, Admin, T-Fixup, DLCL): ``scripts/bench.py --schemes all``
+        Size("iwslt-e6d6", "residual_transformer_iwslt_de_en", 6, 10000, 64, 32, 32, 16, 24, ("post", "pre", "residual")),
         Size("wmt-e6d6", "residual_transformer_wmt_en_de", 6, 32000, 32, 32, 32, 8, 24, ("post", "pre", "residual")),
         # 150M parameters: with Adam, 2.3 GB per variant held at once, so ResiDual only
         Size("wmt-e18d18", "residual_transformer_wmt_en_de", 18, 32000, 16, 32, 32, 4, 24, ("residual",)),
@@ -379,58 +386,81 @@ def ratio_summary(reference: Sequence[float], other: Sequence[float]) -> Dict[st
     return {"min": min(ratios), "median": statistics.median(ratios), "max": max(ratios)}
 
 
+def speed_table(times: Dict[str, Dict[str, List[float]]], amount: float, unit: str) -> Dict[str, Dict]:
+    """Per variant: the timings of ``interleaved``, ``amount`` per second of each run
+    (under the key ``unit``), and the ratios to REFERENCE round by round."""
+    return {
+        name: {
+            **t,
+            unit: [amount / wall for wall in t["wall_s"]],
+            "ratio_to_reference": ratio_summary(times[REFERENCE]["wall_s"], t["wall_s"]),
+            "user_cpu_ratio_to_reference": ratio_summary(times[REFERENCE]["user_s"], t["user_s"]),
+        }
+        for name, t in times.items()
+    }
+
+
+def rotated(chosen: List[Variant], layout: int) -> List[Variant]:
+    """``chosen`` starting at position ``layout``: the order models are built and run in."""
+    k = layout % len(chosen)
+    return chosen[k:] + chosen[:k]
+
+
 def measure_size(
-    size: Size, warmup: int, reps: int, fresh_process_memory: bool = True, log=print, gen_reps: Optional[int] = None
+    size: Size,
+    warmup: int,
+    reps: int,
+    fresh_process_memory: bool = True,
+    log=print,
+    gen_reps: Optional[int] = None,
+    layout: int = 0,
+    memory: bool = True,
 ) -> Dict:
     """Training and generation speed (``reps`` and ``gen_reps`` rounds; ``gen_reps`` defaults
-    to ``reps``) and memory of every variant at ``size``, in this process."""
+    to ``reps``) and, if ``memory``, the memory of every variant at ``size``, in this process.
+
+    ``layout`` rotates the order in which the models are built and run: where a model's
+    weights and buffers land in memory depends on what was allocated before, and that
+    alone moves one model's speed by a few percent (two instances of the same model differ
+    so); ``pool_layouts`` combines several rotations.
+    """
     gen_reps = reps if gen_reps is None else gen_reps
     task = SyntheticTask(size.vocab)
     pad = task.target_dictionary.pad()
     train_sample = synthetic_batch(task, size.batch, size.src_len, size.tgt_len, seed=0)
     gen_sample = synthetic_batch(task, size.gen_batch, size.src_len, size.gen_len, seed=1)
     chosen = variants(size.schemes)
-    models = {v.name: build_variant(v, size, task) for v in chosen}
+    order = rotated(chosen, layout)
+    models = {v.name: build_variant(v, size, task) for v in order}
     result = {
         "size": asdict(size),
         "model": model_args(size),
-        "parameters": {n: sum(p.numel() for p in m.parameters()) for n, m in models.items()},
+        "parameters": {v.name: sum(p.numel() for p in models[v.name].parameters()) for v in chosen},
         "variants": {v.name: v.label for v in chosen},
+        "layouts": [[v.name for v in order]],
+        "train_tokens": train_sample["ntokens"],
         # glibc malloc tunables change page-fault counts and speed (see interleaved)
         "malloc_environment": this_process_malloc_environment(),
     }
 
-    log(f"[{size.name}] training: {len(chosen)} variants, warm-up {warmup}, {reps} rounds")
+    log(f"[{size.name}] layout {layout + 1}: training, {len(chosen)} variants, warm-up {warmup}, {reps} rounds")
     steps = {n: TrainingStep(m, train_sample, pad) for n, m in models.items()}
     times = interleaved(steps, warmup=max(warmup, 1), reps=reps)  # >= 1: Adam state exists
-    result["train"] = {
-        name: {
-            **times[name],
-            "tokens_per_s": [train_sample["ntokens"] / t for t in times[name]["wall_s"]],
-            "ratio_to_reference": ratio_summary(times[REFERENCE]["wall_s"], times[name]["wall_s"]),
-            "user_cpu_ratio_to_reference": ratio_summary(times[REFERENCE]["user_s"], times[name]["user_s"]),
-        }
-        for name in steps
-    }
+    result["train"] = speed_table(times, train_sample["ntokens"], "tokens_per_s")
     del steps
     _release_free_memory()
 
-    log(f"[{size.name}] generation: beam {BEAM}, {size.gen_batch} sentences x {size.gen_len} tokens, {gen_reps} rounds")
+    log(f"[{size.name}] layout {layout + 1}: generation, beam {BEAM}, {size.gen_batch} sentences x {size.gen_len} tokens, {gen_reps} rounds")
     gens = {n: Generation(m, task, gen_sample, size.gen_len) for n, m in models.items()}
     lengths = {n: sorted({len(h["tokens"]) for hyps in g() for h in hyps}) for n, g in gens.items()}
     times = interleaved(gens, warmup=warmup, reps=gen_reps)
-    result["generate"] = {
-        name: {
-            **times[name],
-            "sentences_per_s": [size.gen_batch / t for t in times[name]["wall_s"]],
-            "hypothesis_lengths": lengths[name],
-            "ratio_to_reference": ratio_summary(times[REFERENCE]["wall_s"], times[name]["wall_s"]),
-            "user_cpu_ratio_to_reference": ratio_summary(times[REFERENCE]["user_s"], times[name]["user_s"]),
-        }
-        for name in gens
-    }
+    result["generate"] = speed_table(times, size.gen_batch, "sentences_per_s")
+    for name in gens:
+        result["generate"][name]["hypothesis_lengths"] = lengths[name]
     del gens, models
     _release_free_memory()
+    if not memory:
+        return result
 
     log(f"[{size.name}] memory: one training step per variant" + (", each in a fresh process" if fresh_process_memory else ""))
     threads = torch.get_num_threads()
@@ -444,6 +474,32 @@ def measure_size(
             m[f"{key}_ratio"] = None if ref is None or m[key] is None else m[key] / ref
     result["memory"] = memory
     return result
+
+
+TIMING_KEYS = ("wall_s", "user_s", "sys_s", "minor_faults")
+
+
+def pool_layouts(results: Sequence[Dict]) -> Dict:
+    """One size's results from several layouts (``measure_size(layout=...)``) as one: the
+    rounds of every layout side by side, ratios recomputed over all of them, the memory
+    of whichever result measured it."""
+    pooled = dict(results[0])
+    pooled["layouts"] = [order for r in results for order in r["layouts"]]
+    for table, amount, unit in (
+        ("train", results[0]["train_tokens"], "tokens_per_s"),
+        ("generate", results[0]["size"]["gen_batch"], "sentences_per_s"),
+    ):
+        times = {
+            name: {key: [x for r in results for x in r[table][name][key]] for key in TIMING_KEYS}
+            for name in results[0]["variants"]
+        }
+        pooled[table] = speed_table(times, amount, unit)
+    for name in results[0]["variants"]:
+        pooled["generate"][name]["hypothesis_lengths"] = results[0]["generate"][name]["hypothesis_lengths"]
+    measured = [r["memory"] for r in results if "memory" in r]
+    if measured:
+        pooled["memory"] = measured[0]
+    return pooled
 
 
 # -- the record ---------------------------------------------------------------------------
@@ -517,16 +573,8 @@ def this_process_malloc_environment() -> Dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
 
 
-def measure_size_in_fresh_process(
-    size: Size,
-    warmup: int,
-    reps: int,
-    threads: int,
-    fresh_process_memory: bool = True,
-    malloc: str = "keep",
-    gen_reps: Optional[int] = None,
-) -> Dict:
-    """``measure_size`` in a process of its own: a size starts from a fresh allocator.
+def measure_size_in_fresh_process(size: Size, threads: int, malloc: str = "keep", **measure) -> Dict:
+    """``measure_size(size, **measure)`` in a process of its own: a size starts from a fresh allocator.
 
     glibc's malloc adapts its trim and mmap thresholds to what a process has allocated
     and freed before, so a size measured after others inherits their heap history, and
@@ -536,11 +584,7 @@ def measure_size_in_fresh_process(
     lines go to stderr.
     """
     out = subprocess.run(
-        [
-            sys.executable, "-m", "fairseq_residual.bench", "size", json.dumps(asdict(size)),
-            str(warmup), str(reps), str(threads), str(int(fresh_process_memory)),
-            str(reps if gen_reps is None else gen_reps),
-        ],
+        [sys.executable, "-m", "fairseq_residual.bench", "size", json.dumps(asdict(size)), str(threads), json.dumps(measure)],
         stdout=subprocess.PIPE,
         text=True,
         env=dict(malloc_environment(malloc), PYTHONWARNINGS="ignore"),
@@ -561,9 +605,15 @@ def run(
     malloc: str = "keep",
     log=print,
     gen_reps: Optional[int] = None,
+    layouts: int = 1,
 ) -> Dict:
-    """Measure ``sizes``, each in a fresh process with glibc malloc set to ``malloc``
-    (MALLOC_SETTINGS), or all in this process, as it was started, if not ``fresh_process_per_size``."""
+    """Measure ``sizes``, each in fresh processes with glibc malloc set to ``malloc``
+    (MALLOC_SETTINGS), or all in this process, as it was started, if not ``fresh_process_per_size``.
+
+    Each size is measured ``layouts`` times (``reps`` / ``gen_reps`` rounds each), with the
+    order of its variants rotated (``measure_size``), and the rounds pooled (``pool_layouts``);
+    memory is measured once.
+    """
     torch.set_num_threads(threads)
     record = {
         "command": command,
@@ -574,6 +624,7 @@ def run(
         "warmup": warmup,
         "rounds": reps,
         "generation_rounds": reps if gen_reps is None else gen_reps,
+        "layouts": layouts,
         "fresh_process_per_size": fresh_process_per_size,
         "malloc": malloc if fresh_process_per_size else "this process",
         "reference": REFERENCE,
@@ -583,11 +634,18 @@ def run(
     started = time.perf_counter()
     for size in sizes:
         size_started, load_before = time.perf_counter(), load_average()
-        if fresh_process_per_size:
-            log(f"[{size.name}] in a fresh process")
-            result = measure_size_in_fresh_process(size, warmup, reps, threads, fresh_process_memory, malloc, gen_reps)
-        else:
-            result = measure_size(size, warmup, reps, fresh_process_memory, log=log, gen_reps=gen_reps)
+        results = []
+        for layout in range(layouts):
+            measure = dict(
+                warmup=warmup, reps=reps, fresh_process_memory=fresh_process_memory, gen_reps=gen_reps,
+                layout=layout, memory=layout == 0,
+            )  # fmt: skip
+            if fresh_process_per_size:
+                log(f"[{size.name}] layout {layout + 1} of {layouts}, in a fresh process")
+                results.append(measure_size_in_fresh_process(size, threads, malloc, **measure))
+            else:
+                results.append(measure_size(size, log=log, **measure))
+        result = pool_layouts(results)
         # the machine may be shared: each size records how busy it was around it
         result.update(seconds=time.perf_counter() - size_started, load_average_before=load_before, load_average_after=load_average())
         record["sizes"].append(result)
@@ -634,6 +692,18 @@ def target_checks(record: Dict) -> List[Dict]:
     return checks
 
 
+def _fmt_rounds(record: Dict) -> str:
+    layouts = record.get("layouts", 1)
+    train, gen = record["rounds"], record.get("generation_rounds", record["rounds"])
+    text = f"warm-up {record['warmup']}, interleaved rounds: {train} of training, {gen} of generation"
+    if layouts > 1:
+        text += (
+            f", in each of {layouts} layouts (a fresh process per layout, the variants built and run in rotated order),"
+            f" {layouts * train} and {layouts * gen} rounds in all"
+        )
+    return text
+
+
 def _fmt_malloc(record: Dict) -> str:
     settings = {json.dumps(size.get("malloc_environment", {}), sort_keys=True) for size in record["sizes"]}
     if len(settings) != 1:
@@ -660,8 +730,7 @@ def markdown(record: Dict) -> str:
         f"- machine: {m['cpu']}, {m['cores']} cores, {_fmt(m['memory_gb'], '.0f')} GB, Linux {m['kernel']}, no GPU",
         f"- versions: Python {v['python']}, torch {v['torch']}, fairseq {v['fairseq']}, {v['threads']} threads, commit {v['repository_commit']}",
         f"- command: `{record['command']}`; memory allocator: glibc malloc, " + _fmt_malloc(record),
-        f"- warm-up {record['warmup']}, interleaved rounds: {record['rounds']} of training, "
-        f"{record.get('generation_rounds', record['rounds'])} of generation; {record['seconds']:.0f} s in all; "
+        f"- {_fmt_rounds(record)}; {record['seconds']:.0f} s in all; "
         f"load average (1, 5, 15 min) before {_fmt_load(record['load_average_before'])}, after {_fmt_load(record['load_average_after'])}",
         f"- ratios are to `{record['reference']}`; speed: median (min–max) over the rounds, > 1 is faster "
         "(wall time; user CPU time beside it); memory: < 1 is smaller (definitions in `fairseq_residual/bench.py`)",
@@ -725,7 +794,7 @@ def _main(argv: Sequence[str]) -> None:
     """The child processes' entry points; each prints its result as one JSON line.
 
     ``python -m fairseq_residual.bench memory SIZE_JSON VARIANT_JSON THREADS``: one memory probe;
-    ``python -m fairseq_residual.bench size SIZE_JSON WARMUP ROUNDS THREADS FRESH_MEMORY GEN_ROUNDS``: one size.
+    ``python -m fairseq_residual.bench size SIZE_JSON THREADS MEASURE_JSON``: ``measure_size``.
     """
     import fairseq_residual  # noqa: F401  (registers the model and presets)
 
@@ -734,10 +803,9 @@ def _main(argv: Sequence[str]) -> None:
         torch.set_num_threads(int(argv[3]))
         result = memory_probe(size, Variant(**json.loads(argv[2])))
     elif what == "size":
-        warmup, reps, threads, fresh_memory, gen_reps = map(int, argv[2:7])
-        torch.set_num_threads(threads)
+        torch.set_num_threads(int(argv[2]))
         log = lambda m: print(m, file=sys.stderr, flush=True)  # noqa: E731
-        result = measure_size(size, warmup, reps, bool(fresh_memory), log=log, gen_reps=gen_reps)
+        result = measure_size(size, log=log, **json.loads(argv[3]))
     else:
         raise SystemExit(f"unknown entry point {what!r}: memory or size")
     print(json.dumps(result))

@@ -2,7 +2,7 @@
 """Throughput and memory of ResiDual and the other schemes vs fairseq's stock transformer.
 
     python scripts/bench.py                       # all sizes, writes results/bench/
-    python scripts/bench.py --sizes iwslt-e6d6 --rounds 3 --out /tmp/bench
+    python scripts/bench.py --sizes iwslt-e6d6 --schemes all --out /tmp/bench
 
 See fairseq_residual/bench.py for what is measured and how.
 """
@@ -21,14 +21,15 @@ from fairseq_residual.schemes import SCHEMES  # noqa: E402
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default=",".join(bench.SIZES), help="comma-separated, from: " + ", ".join(list(bench.SIZES) + ["tiny"]))
-    parser.add_argument("--schemes", help="comma-separated residual_transformer schemes to measure at every size (default: each size's own list)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed runs of every variant first")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved timed rounds of training")
+    parser.add_argument("--schemes", help="comma-separated residual_transformer schemes to measure at every size, or 'all' (default: post,pre,residual)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed runs of every variant first (per layout)")
+    parser.add_argument("--layouts", type=int, default=3, help="fresh processes per size, each building and running the variants in a rotated order")
+    parser.add_argument("--rounds", type=int, default=2, help="interleaved timed rounds of training per layout")
     parser.add_argument(
         "--generation-rounds",
         type=int,
-        default=15,
-        help="interleaved timed rounds of generation (a run is short: more rounds for a stable median)",
+        default=5,
+        help="interleaved timed rounds of generation per layout (a run is short: more rounds for a stable median)",
     )
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     parser.add_argument(
@@ -54,12 +55,12 @@ def main(argv=None):
         parser.error(f"unknown size(s) {', '.join(unknown)}; choose from {', '.join(known)}")
     sizes = [known[s] for s in args.sizes.split(",")]
     if args.schemes:
-        schemes = tuple(args.schemes.split(","))
+        schemes = tuple(SCHEMES) if args.schemes == "all" else tuple(args.schemes.split(","))
         unknown = [s for s in schemes if s not in SCHEMES]
         if unknown:
             parser.error(f"unknown scheme(s) {', '.join(unknown)}; choose from {', '.join(SCHEMES)}")
         sizes = [dataclasses.replace(size, schemes=schemes) for size in sizes]
-    record = bench.run(sizes, args.warmup, args.rounds, args.threads, bench.command_line(), fresh_process_per_size=not args.same_process, malloc=args.malloc, log=lambda m: print(m, flush=True), gen_reps=args.generation_rounds)
+    record = bench.run(sizes, args.warmup, args.rounds, args.threads, bench.command_line(), fresh_process_per_size=not args.same_process, malloc=args.malloc, log=lambda m: print(m, flush=True), gen_reps=args.generation_rounds, layouts=args.layouts)
     bench.write(record, args.out)
     print(bench.markdown(record))
 

@@ -18,7 +18,7 @@ from fairseq_residual.schemes import SCHEMES
 def tiny_record(tmp_path_factory):
     record = bench.run(
         [bench.TINY], warmup=0, reps=2, threads=1, command="pytest",
-        fresh_process_memory=False, fresh_process_per_size=False, log=lambda m: None, gen_reps=3,
+        fresh_process_memory=False, fresh_process_per_size=False, log=lambda m: None, gen_reps=3, layouts=2,
     )  # fmt: skip
     out = tmp_path_factory.mktemp("bench")
     bench.write(record, out)
@@ -35,9 +35,10 @@ def test_tiny_benchmark_covers_stock_transformers_and_every_registered_scheme(ti
     for table in ("train", "generate", "memory"):
         assert list(size[table]) == expected
     for name in expected:
-        assert len(size["train"][name]["wall_s"]) == 2 and min(size["train"][name]["tokens_per_s"]) > 0
+        # two layouts of 2 training and 3 generation rounds each, pooled
+        assert len(size["train"][name]["wall_s"]) == 4 and min(size["train"][name]["tokens_per_s"]) > 0
         assert min(size["train"][name]["user_s"]) > 0 and min(size["train"][name]["minor_faults"]) >= 0
-        assert len(size["generate"][name]["wall_s"]) == 3 and min(size["generate"][name]["sentences_per_s"]) > 0
+        assert len(size["generate"][name]["wall_s"]) == 6 and min(size["generate"][name]["sentences_per_s"]) > 0
     # the reference's ratio to itself is exactly one in every round
     assert size["train"]["stock-pre"]["ratio_to_reference"] == {"min": 1.0, "median": 1.0, "max": 1.0}
     assert size["memory"]["stock-pre"]["peak_mb_ratio"] == 1.0
@@ -73,7 +74,9 @@ def test_memory_probe_in_a_fresh_process_matches_the_in_process_probe():
 
 def test_a_size_measured_in_a_fresh_process_reports_what_the_in_process_run_reports(tiny_record):
     record, _ = tiny_record
-    fresh = bench.measure_size_in_fresh_process(bench.TINY, warmup=0, reps=1, threads=1, fresh_process_memory=False, malloc="keep", gen_reps=2)
+    fresh = bench.measure_size_in_fresh_process(
+        bench.TINY, threads=1, malloc="keep", warmup=0, reps=1, fresh_process_memory=False, gen_reps=2
+    )
     (here,) = record["sizes"]
     # the child ran with the requested glibc settings, and says so in its result
     assert fresh["malloc_environment"] == bench.MALLOC_SETTINGS["keep"]
@@ -83,6 +86,35 @@ def test_a_size_measured_in_a_fresh_process_reports_what_the_in_process_run_repo
         assert len(fresh["generate"][name]["wall_s"]) == 2
         assert fresh["generate"][name]["hypothesis_lengths"] == here["generate"][name]["hypothesis_lengths"]
         assert fresh["memory"][name]["saved_mb"] == here["memory"][name]["saved_mb"]
+
+
+def test_layouts_build_and_run_the_variants_in_rotated_orders(tiny_record):
+    record, _ = tiny_record
+    (size,) = record["sizes"]
+    names = list(size["variants"])
+    assert size["layouts"] == [names, names[1:] + names[:1]]
+
+
+def test_pooled_layouts_put_the_rounds_side_by_side_and_take_ratios_over_all_of_them():
+    def result(ref_walls, other_walls, memory=None):
+        timing = lambda walls: {"wall_s": walls, "user_s": walls, "sys_s": [0.0] * len(walls), "minor_faults": [0] * len(walls)}  # noqa: E731
+        times = {"stock-pre": timing(ref_walls), "residual": timing(other_walls)}
+        r = {
+            "size": {"gen_batch": 4}, "variants": {"stock-pre": "", "residual": ""}, "layouts": [["x"]], "train_tokens": 100,
+            "train": bench.speed_table(times, 100, "tokens_per_s"), "generate": bench.speed_table(times, 4, "sentences_per_s"),
+        }  # fmt: skip
+        for name in times:
+            r["generate"][name]["hypothesis_lengths"] = [6]
+        if memory:
+            r["memory"] = memory
+        return r
+
+    pooled = bench.pool_layouts([result([1.0, 1.0], [2.0, 1.0], memory={"m": 1}), result([3.0], [1.0])])
+    assert pooled["train"]["residual"]["wall_s"] == [2.0, 1.0, 1.0]
+    assert pooled["train"]["residual"]["tokens_per_s"] == [50.0, 100.0, 100.0]
+    # per-round ratios 0.5, 1 and 3
+    assert pooled["generate"]["residual"]["ratio_to_reference"] == {"min": 0.5, "median": 1.0, "max": 3.0}
+    assert pooled["memory"] == {"m": 1} and len(pooled["layouts"]) == 2
 
 
 def test_a_failing_size_process_is_reported_as_that_size():
