@@ -22,8 +22,8 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--sizes", default=",".join(bench.SIZES), help="comma-separated, from: " + ", ".join(list(bench.SIZES) + ["tiny"]))
     parser.add_argument("--schemes", help="comma-separated residual_transformer schemes to measure at every size, or 'all' (default: post,pre,residual)")
-    parser.add_argument("--warmup", type=int, default=1, help="untimed runs of every variant first (per layout)")
-    parser.add_argument("--layouts", type=int, default=3, help="fresh processes per size, each building and running the variants in a rotated order")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed runs of every variant first, per layout (one is not enough: the heap still grows in the next run)")
+    parser.add_argument("--layouts", type=int, default=2, help="fresh processes per size, each building and running the variants in a rotated order")
     parser.add_argument("--rounds", type=int, default=2, help="interleaved timed rounds of training per layout")
     parser.add_argument(
         "--generation-rounds",
