@@ -64,7 +64,8 @@ def write_report(rows, meta, out):
 
 Measured by `{meta['command']}` (what `make demo` runs) on {meta['date']}
 ({meta['wall_seconds']:.0f} s wall for this invocation; load average at its start
-{' / '.join(map(str, meta['load_average_at_start']))}: train times include any time other jobs took).
+{' / '.join(map(str, meta['load_average_at_start']))}; the schemes trained {s.get('jobs', 1)} at a time, one thread
+each: train times include any time other jobs took).
 A small-scale CPU sanity run on a synthetic language pair, **not** a reproduction of any of
 the paper's tables.
 
