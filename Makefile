@@ -22,7 +22,7 @@ test: $(STAMP)
 	$(BIN)/python -m pytest tests
 
 demo: $(STAMP)
-	$(BIN)/python -m fairseq_residual.demo.run
+	$(BIN)/python -m fairseq_residual_tools.demo.run
 
 # throughput / memory of every scheme vs fairseq's stock transformer -> results/bench/ (< 15 min)
 bench: $(STAMP)

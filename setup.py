@@ -10,6 +10,7 @@ mode with torch 2.13 ("Mask Type should be defined").
 torch is pinned to the release tested here: install it before this package
 (the Makefile does) so pip does not resolve a different build.
 """
+
 from setuptools import find_packages, setup
 
 setup(
@@ -20,8 +21,10 @@ setup(
     long_description_content_type="text/markdown",
     license="MIT",
     python_requires=">=3.10",
-    packages=find_packages(include=["fairseq_residual", "fairseq_residual.*"]),
-    package_data={"fairseq_residual.dataprep": ["checksums.json"]},
+    packages=find_packages(
+        include=["fairseq_residual", "fairseq_residual.*", "fairseq_residual_tools", "fairseq_residual_tools.*"]
+    ),
+    package_data={"fairseq_residual_tools.dataprep": ["checksums.json"]},
     install_requires=[
         "torch==2.13.0",
         "fairseq-fixed==0.12.3.1",

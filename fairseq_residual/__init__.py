@@ -6,9 +6,14 @@ allows fairseq's checkpoint contents through torch's safe loader, keeps the
 last batch that fairseq's batching drops (see ``batching_fix``), and makes
 user errors print as one line.
 """
-from . import batching_fix, checkpoint_loading, errors
-from . import model  # noqa: F401  (registers the model)
-from . import architectures  # noqa: F401  (registers the presets)
+
+from . import (
+    architectures,  # noqa: F401  (registers the presets)
+    batching_fix,
+    checkpoint_loading,
+    errors,
+    model,  # noqa: F401  (registers the model)
+)
 
 checkpoint_loading.allow_fairseq_checkpoints()
 batching_fix.apply()

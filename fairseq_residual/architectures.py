@@ -6,6 +6,7 @@ Depth is not part of a preset: set it with ``--encoder-layers`` / ``--decoder-la
 (6, 12 or 18 in the paper's tables). Every preset uses the options' defaults
 for what it does not name, and a value given on the command line always wins.
 """
+
 from fairseq.models import register_model_architecture
 
 

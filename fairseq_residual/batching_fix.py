@@ -9,6 +9,7 @@ the function so that the dropped tail comes back as a final, smaller batch.
 Batches are contiguous slices of ``indices`` in order, so the tail is exactly
 the indices after the last kept batch.
 """
+
 import functools
 
 import numpy as np

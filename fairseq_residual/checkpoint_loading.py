@@ -9,6 +9,7 @@ objects fairseq stores in it. Instead of turning safe loading off
 adds exactly those classes to torch's allowlist (``add_safe_globals``); any other
 class in a file is still refused.
 """
+
 import argparse
 
 import numpy
@@ -31,8 +32,7 @@ except ImportError:  # numpy 1.x
 #:
 #: tests/test_checkpoint_loading.py re-surveys freshly written checkpoints.
 _NUMPY_DTYPE_CLASSES = sorted(
-    {type(numpy.dtype(t)) for t in (numpy.int64, numpy.int32, numpy.float64, numpy.float32)}
-    - {numpy.dtype},
+    {type(numpy.dtype(t)) for t in (numpy.int64, numpy.int32, numpy.float64, numpy.float32)} - {numpy.dtype},
     key=str,
 )
 FAIRSEQ_CHECKPOINT_GLOBALS = [

@@ -11,6 +11,7 @@ nothing is copied by hand and both ``fairseq-train`` flags and hydra YAML work.
 ``to_transformer_config`` turns it back into fairseq's nested config for the
 encoder/decoder classes.
 """
+
 import dataclasses
 from argparse import Namespace
 from dataclasses import MISSING, field, fields, make_dataclass

@@ -11,6 +11,7 @@ installs an ``excepthook`` that prints ``error: <message>`` (exit status 1) for
 and leaves every other exception to Python's default hook. Set
 ``FAIRSEQ_RESIDUAL_TRACEBACK=1`` to see full tracebacks anyway.
 """
+
 import os
 import sys
 

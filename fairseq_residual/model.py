@@ -5,6 +5,7 @@ class each stack builds, the module at the top of each stack, and the
 ``normalize_before`` flags; the scheme's ``initialize`` then sees the built model
 once. See ``schemes/`` for the schemes themselves.
 """
+
 import logging
 
 import torch
@@ -131,9 +132,7 @@ class ResidualTransformerModel(TransformerModelBase):
 
     @classmethod
     def build_decoder(cls, cfg, tgt_dict, embed_tokens):
-        return ResidualTransformerDecoder(
-            cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention
-        )
+        return ResidualTransformerDecoder(cfg, tgt_dict, embed_tokens, no_encoder_attn=cfg.no_cross_attention)
 
     @property
     def residual_scheme(self) -> str:

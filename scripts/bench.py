@@ -4,8 +4,9 @@
     python scripts/bench.py                       # all sizes, writes results/bench/
     python scripts/bench.py --sizes iwslt-e6d6 --schemes all --out /tmp/bench
 
-See fairseq_residual/bench.py for what is measured and how.
+See fairseq_residual_tools/bench.py for what is measured and how.
 """
+
 import argparse
 import dataclasses
 import sys
@@ -20,10 +21,27 @@ from fairseq_residual.schemes import SCHEMES  # noqa: E402
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sizes", default=",".join(bench.SIZES), help="comma-separated, from: " + ", ".join(list(bench.SIZES) + ["tiny"]))
-    parser.add_argument("--schemes", help="comma-separated residual_transformer schemes to measure at every size, or 'all' (default: post,pre,residual)")
-    parser.add_argument("--warmup", type=int, default=2, help="untimed runs of every variant first, per layout (one is not enough: the heap still grows in the next run)")
-    parser.add_argument("--layouts", type=int, default=2, help="fresh processes per size, each building and running the variants in a rotated order")
+    parser.add_argument(
+        "--sizes",
+        default=",".join(bench.SIZES),
+        help="comma-separated, from: " + ", ".join(list(bench.SIZES) + ["tiny"]),
+    )
+    parser.add_argument(
+        "--schemes",
+        help="comma-separated residual_transformer schemes to measure at every size, or 'all' (default: post,pre,residual)",
+    )
+    parser.add_argument(
+        "--warmup",
+        type=int,
+        default=2,
+        help="untimed runs of every variant first, per layout (one is not enough: the heap still grows in the next run)",
+    )
+    parser.add_argument(
+        "--layouts",
+        type=int,
+        default=2,
+        help="fresh processes per size, each building and running the variants in a rotated order",
+    )
     parser.add_argument("--rounds", type=int, default=2, help="interleaved timed rounds of training per layout")
     parser.add_argument(
         "--generation-rounds",
@@ -47,7 +65,9 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, default=Path("results/bench"), help="folder for bench.json and bench.md")
     args = parser.parse_args(argv)
     if args.same_process and args.malloc:
-        parser.error("--malloc sets the measuring processes' environment; with --same-process set MALLOC_* variables before starting instead")
+        parser.error(
+            "--malloc sets the measuring processes' environment; with --same-process set MALLOC_* variables before starting instead"
+        )
     args.malloc = args.malloc or "keep"
     known = dict(bench.SIZES, tiny=bench.TINY)
     unknown = [s for s in args.sizes.split(",") if s not in known]
@@ -60,7 +80,18 @@ def main(argv=None):
         if unknown:
             parser.error(f"unknown scheme(s) {', '.join(unknown)}; choose from {', '.join(SCHEMES)}")
         sizes = [dataclasses.replace(size, schemes=schemes) for size in sizes]
-    record = bench.run(sizes, args.warmup, args.rounds, args.threads, bench.command_line(), fresh_process_per_size=not args.same_process, malloc=args.malloc, log=lambda m: print(m, flush=True), gen_reps=args.generation_rounds, layouts=args.layouts)
+    record = bench.run(
+        sizes,
+        args.warmup,
+        args.rounds,
+        args.threads,
+        bench.command_line(),
+        fresh_process_per_size=not args.same_process,
+        malloc=args.malloc,
+        log=lambda m: print(m, flush=True),
+        gen_reps=args.generation_rounds,
+        layouts=args.layouts,
+    )
     bench.write(record, args.out)
     print(bench.markdown(record))
 

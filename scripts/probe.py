@@ -1,15 +1,16 @@
 #!/usr/bin/env python
-"""Gradient-norm and representation-diversity probes; see fairseq_residual/analysis/probes.py.
+"""Gradient-norm and representation-diversity probes; see fairseq_residual_tools/analysis/probes.py.
 
-    .venv/bin/python scripts/probe.py                       # every scheme, depths 6 12 18 48, seeds 1 2 3
-    .venv/bin/python scripts/probe.py --checkpoint CKPT.pt --data DATA_BIN --out DIR
+.venv/bin/python scripts/probe.py                       # every scheme, depths 6 12 18 48, seeds 1 2 3
+.venv/bin/python scripts/probe.py --checkpoint CKPT.pt --data DATA_BIN --out DIR
 """
+
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from fairseq_residual.analysis.probes import main  # noqa: E402
+from fairseq_residual_tools.analysis.probes import main  # noqa: E402
 
 if __name__ == "__main__":
     main()

@@ -1,4 +1,5 @@
 """Shared test helpers: tiny models built in-process and one prepared data-bin per session."""
+
 import os
 import subprocess
 import sys
@@ -73,9 +74,7 @@ def run_cli(args, cwd, check=True, env=None):
     full_env = dict(os.environ, PYTHONWARNINGS="ignore")
     full_env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
     full_env.update(env or {})
-    proc = subprocess.run(
-        [sys.executable, "-m", *args], cwd=cwd, env=full_env, capture_output=True, text=True
-    )
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=full_env, capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise AssertionError(
             f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
@@ -86,7 +85,7 @@ def run_cli(args, cwd, check=True, env=None):
 @pytest.fixture(scope="session")
 def demo_databin(tmp_path_factory):
     """A small data-bin from the embedded synthetic corpus, built by the real pipeline."""
-    from fairseq_residual.demo.prepare import prepare_demo_data
+    from fairseq_residual_tools.demo.prepare import prepare_demo_data
 
     work = tmp_path_factory.mktemp("demo-data")
     return prepare_demo_data(work, train=800, valid=40, test=40, bpe_merges=400)

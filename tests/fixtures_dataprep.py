@@ -13,6 +13,7 @@ Every sentence pair carries its id as a number on both sides, so tests can
 check alignment and disjointness after tokenisation and subwords. The builders
 return the counts the recipes must produce.
 """
+
 import hashlib
 import io
 import json
@@ -55,8 +56,10 @@ def sha256(path: Path) -> str:
 
 def write_checksums(path: Path, archives, extra=None):
     """A checksums file for the fixture archives (the real ones' checksums cannot match them)."""
-    entries = {a.name: {"url": f"https://example.invalid/{a.name}", "size": a.stat().st_size, "sha256": sha256(a)}
-               for a in archives}
+    entries = {
+        a.name: {"url": f"https://example.invalid/{a.name}", "size": a.stat().st_size, "sha256": sha256(a)}
+        for a in archives
+    }
     entries.update(extra or {})
     path.write_text(json.dumps({"archives": entries}, indent=1))
     return path
@@ -64,8 +67,13 @@ def write_checksums(path: Path, archives, extra=None):
 
 # ---------------------------------------------------------------- IWSLT-14
 
-IWSLT_TEST_SETS = ("IWSLT14.TED.dev2010", "IWSLT14.TEDX.dev2012", "IWSLT14.TED.tst2010",
-                   "IWSLT14.TED.tst2011", "IWSLT14.TED.tst2012")
+IWSLT_TEST_SETS = (
+    "IWSLT14.TED.dev2010",
+    "IWSLT14.TEDX.dev2012",
+    "IWSLT14.TED.tst2010",
+    "IWSLT14.TED.tst2011",
+    "IWSLT14.TED.tst2012",
+)
 
 
 def build_iwslt(root: Path, talks=4, lines_per_talk=120, seed=1):
@@ -76,14 +84,20 @@ def build_iwslt(root: Path, talks=4, lines_per_talk=120, seed=1):
     ident = 0
     for t in range(1, talks + 1):
         meta = {
-            "de": [f"<url>http://www.ted.com/talks/lang/de/talk_{t}.html</url>",
-                   "<keywords>talks, wasser, welt</keywords>", f"<talkid>{t}</talkid>",
-                   f"<title>Sprecherin {90000 + t}: Das Haus</title>",
-                   f"<description>TED Talk Untertitel und Transkript: Vortrag {91000 + t}.</description>"],
-            "en": [f"<url>http://www.ted.com/talks/talk_{t}.html</url>",
-                   "<keywords>talks, water, world</keywords>", f"<talkid>{t}</talkid>",
-                   f"<title>Speaker {90000 + t}: The house</title>",
-                   f"<description>TED Talk Subtitles and Transcript: Talk {91000 + t}.</description>"],
+            "de": [
+                f"<url>http://www.ted.com/talks/lang/de/talk_{t}.html</url>",
+                "<keywords>talks, wasser, welt</keywords>",
+                f"<talkid>{t}</talkid>",
+                f"<title>Sprecherin {90000 + t}: Das Haus</title>",
+                f"<description>TED Talk Untertitel und Transkript: Vortrag {91000 + t}.</description>",
+            ],
+            "en": [
+                f"<url>http://www.ted.com/talks/talk_{t}.html</url>",
+                "<keywords>talks, water, world</keywords>",
+                f"<talkid>{t}</talkid>",
+                f"<title>Speaker {90000 + t}: The house</title>",
+                f"<description>TED Talk Subtitles and Transcript: Talk {91000 + t}.</description>",
+            ],
         }
         for lang in ("de", "en"):
             train[lang] += meta[lang]
@@ -100,7 +114,7 @@ def build_iwslt(root: Path, talks=4, lines_per_talk=120, seed=1):
             else:
                 kept += 1
             if k == 2:  # quotes and apostrophes, escaped by the Moses tokenizer
-                p = {"de": f'Sie sagte " {ident} " und das ist es.', "en": f"She said \" {ident} \" and it's that."}
+                p = {"de": f'Sie sagte " {ident} " und das ist es.', "en": f'She said " {ident} " and it\'s that.'}
             for lang in ("de", "en"):
                 train[lang].append(p[lang])
     files = {f"de-en/train.tags.de-en.{lang}": "\n".join(train[lang]) + "\n" for lang in ("de", "en")}
@@ -109,11 +123,21 @@ def build_iwslt(root: Path, talks=4, lines_per_talk=120, seed=1):
         segs = [pair(100000 + 1000 * s + i, rng) for i in range(1, 7)]
         segs[0] = {"de": f"Es ist {100000 + 1000 * s + 1} Uhr.", "en": f"It\u2019s {100000 + 1000 * s + 1} o'clock."}
         test_pairs += len(segs)
-        for lang, tag, extra in (("de", "srcset", 'srclang="german"'), ("en", "refset", 'srclang="german" trglang="english" refid="ref"')):
-            body = ['<?xml version="1.0" encoding="UTF-8"?>', "<mteval>", f'<{tag} setid="iwslt2014-{name}" {extra}>',
-                    '<doc docid="535" genre="lectures">', "<url>http://www.ted.com/talks/x.html</url>",
-                    "<description>A talk about <b>things</b>.</description>", "<keywords>talks</keywords>",
-                    "<talkid>535</talkid>", "<title>A title</title>"]
+        for lang, tag, extra in (
+            ("de", "srcset", 'srclang="german"'),
+            ("en", "refset", 'srclang="german" trglang="english" refid="ref"'),
+        ):
+            body = [
+                '<?xml version="1.0" encoding="UTF-8"?>',
+                "<mteval>",
+                f'<{tag} setid="iwslt2014-{name}" {extra}>',
+                '<doc docid="535" genre="lectures">',
+                "<url>http://www.ted.com/talks/x.html</url>",
+                "<description>A talk about <b>things</b>.</description>",
+                "<keywords>talks</keywords>",
+                "<talkid>535</talkid>",
+                "<title>A title</title>",
+            ]
             body += [f'<seg id="{i}"> {seg[lang]} </seg>' for i, seg in enumerate(segs, start=1)]
             body += ["</doc>", f"</{tag}>", "</mteval>"]
             files[f"de-en/{name}.de-en.{lang}.xml"] = "\n".join(body) + "\n"
@@ -128,8 +152,11 @@ def build_iwslt(root: Path, talks=4, lines_per_talk=120, seed=1):
 
 def _sgm(setid, lang, role, segs):
     tag = "srcset" if role == "src" else "refset"
-    lines = [f'<{tag} setid="{setid}" srclang="any"' + ("" if role == "src" else f' trglang="{lang}"') + ">",
-             '<doc sysid="ref" docid="1012-bbc" genre="news" origlang="en">', "<p>"]
+    lines = [
+        f'<{tag} setid="{setid}" srclang="any"' + ("" if role == "src" else f' trglang="{lang}"') + ">",
+        '<doc sysid="ref" docid="1012-bbc" genre="news" origlang="en">',
+        "<p>",
+    ]
     lines += [f'<seg id="{i}">{s}</seg>' for i, s in enumerate(segs, start=1)]
     lines += ["</p>", "</doc>", f"</{tag}>"]
     return "\n".join(lines) + "\n"
@@ -157,28 +184,37 @@ def build_wmt(root: Path, per_corpus=150, seed=2):
             else:
                 kept += 1
             if k == 3:  # punctuation normalisation and a control character
-                p = {"de": f"\u201eDas Haus\u201c ist {ident} \u2013 gut\u00a0!\x07",
-                     "en": f"\u201cThe house\u201d is {ident} \u2013 good\u00a0!\x07"}
+                p = {
+                    "de": f"\u201eDas Haus\u201c ist {ident} \u2013 gut\u00a0!\x07",
+                    "en": f"\u201cThe house\u201d is {ident} \u2013 good\u00a0!\x07",
+                }
             for lang in ("de", "en"):
                 sides[lang].append(p[lang])
         corpora[name] = sides
     files = {
         "training-parallel-europarl-v7.tgz": {
             **{f"training/europarl-v7.de-en.{l}": "\n".join(corpora["europarl-v7"][l]) + "\n" for l in ("de", "en")},
-            "training/europarl-v7.fr-en.fr": "Bonjour.\n", "training/europarl-v7.fr-en.en": "Hello.\n"},
+            "training/europarl-v7.fr-en.fr": "Bonjour.\n",
+            "training/europarl-v7.fr-en.en": "Hello.\n",
+        },
         "training-parallel-commoncrawl.tgz": {
             **{f"commoncrawl.de-en.{l}": "\n".join(corpora["commoncrawl"][l]) + "\n" for l in ("de", "en")},
-            "commoncrawl.fr-en.fr": "Bonjour.\n", "commoncrawl.fr-en.en": "Hello.\n"},
+            "commoncrawl.fr-en.fr": "Bonjour.\n",
+            "commoncrawl.fr-en.en": "Hello.\n",
+        },
         "training-parallel-nc-v12.tgz": {
             f"training/news-commentary-v12.de-en.{l}": "\n".join(corpora["news-commentary-v12"][l]) + "\n"
-            for l in ("de", "en")},
+            for l in ("de", "en")
+        },
     }
     test_sizes = {}
     dev = {}
     for y in WMT_DEV_YEARS + (2014,):
         segs = [pair(200000 + 1000 * (y - 2000) + i, rng, 3, 10) for i in range(1, 5 + y % 3)]
-        segs[0] = {"de": f"Er sagt, es ist {200000 + 1000 * (y - 2000) + 1}\u2019s Haus.",
-                   "en": f"He says it\u2019s the {200000 + 1000 * (y - 2000) + 1} house."}
+        segs[0] = {
+            "de": f"Er sagt, es ist {200000 + 1000 * (y - 2000) + 1}\u2019s Haus.",
+            "en": f"He says it\u2019s the {200000 + 1000 * (y - 2000) + 1} house.",
+        }
         test_sizes[f"newstest{y}"] = len(segs)
         for lang in ("de", "en"):
             other = [s[lang] for s in segs]
@@ -191,13 +227,19 @@ def build_wmt(root: Path, per_corpus=150, seed=2):
                     dev[f"dev/newstest{y}-{direction}-{role}.{lang}.sgm"] = _sgm(f"newstest{y}", lang, role, other)
         if y == 2014:
             files["test-full.tgz"] = {
-                f"test-full/newstest2014-deen-{'src' if lang == 'de' else 'ref'}.{lang}.sgm":
-                    _sgm("newstest2014", lang, "src" if lang == "de" else "ref", [s[lang] for s in segs])
-                for lang in ("de", "en")}
-            files["test-full.tgz"].update({
-                f"test-full/newstest2014-deen-{'ref' if lang == 'de' else 'src'}.{lang}.sgm":
-                    _sgm("newstest2014", lang, "ref" if lang == "de" else "src", [s[lang] for s in segs])
-                for lang in ("de", "en")})
+                f"test-full/newstest2014-deen-{'src' if lang == 'de' else 'ref'}.{lang}.sgm": _sgm(
+                    "newstest2014", lang, "src" if lang == "de" else "ref", [s[lang] for s in segs]
+                )
+                for lang in ("de", "en")
+            }
+            files["test-full.tgz"].update(
+                {
+                    f"test-full/newstest2014-deen-{'ref' if lang == 'de' else 'src'}.{lang}.sgm": _sgm(
+                        "newstest2014", lang, "ref" if lang == "de" else "src", [s[lang] for s in segs]
+                    )
+                    for lang in ("de", "en")
+                }
+            )
     dev["dev/newstest2013.de"] = "plain text copy\n"
     files["dev.tgz"] = dev
     archives = [make_tgz(root / name, content) for name, content in files.items()]
@@ -224,7 +266,8 @@ def build_opus(root: Path, langs=("de", "fr", "yo"), train=120, dev=12, test=12,
                 rows.append(pair(ident, rng, 3, 10, langs=(lang, "en")))
             for side in (lang, "en"):
                 files[f"opus-100-corpus/v1.0/supervised/{pair_name}/opus.{pair_name}-{split}.{side}"] = (
-                    "\n".join(r[side] for r in rows) + "\n")
+                    "\n".join(r[side] for r in rows) + "\n"
+                )
         sizes[pair_name] = splits
         archives.append(make_tgz(root / f"opus-100-corpus-{pair_name}-v1.0.tar.gz", files))
     return archives, sizes

@@ -8,6 +8,7 @@ ResiDual (Xie et al. 2023), for every sub-layer f_k in order:
     x^f_k = f_k(x^ln_k);  x^ln_{k+1} = LN_k(x^ln_k + x^f_k);  x^d_{k+1} = x^d_k + s * x^f_k
     x^d_1 = s * x^ln_1;   y = x^ln_{N+1} + LN_final(x^d_{N+1})
 """
+
 import math
 
 import torch
@@ -64,14 +65,10 @@ def residual_decoder(model, src_tokens, prev_tokens, scale=1.0):
     x_d = scale * x_ln
     mask = causal_mask(x_ln.size(0))
     for layer in dec.layers:
-        f = layer.self_attn(
-            query=x_ln, key=x_ln, value=x_ln, key_padding_mask=self_pad, attn_mask=mask
-        )[0]
+        f = layer.self_attn(query=x_ln, key=x_ln, value=x_ln, key_padding_mask=self_pad, attn_mask=mask)[0]
         x_d = x_d + scale * f
         x_ln = layer.self_attn_layer_norm(x_ln + f)
-        f = layer.encoder_attn(
-            query=x_ln, key=enc_out, value=enc_out, key_padding_mask=enc_pad, static_kv=True
-        )[0]
+        f = layer.encoder_attn(query=x_ln, key=enc_out, value=enc_out, key_padding_mask=enc_pad, static_kv=True)[0]
         x_d = x_d + scale * f
         x_ln = layer.encoder_attn_layer_norm(x_ln + f)
         f = ffn(layer, x_ln)

@@ -16,12 +16,11 @@ T-Fixup (Huang et al. 2020):  x <- x + f(x), no LayerNorm anywhere
 DLCL (Wang et al. 2019):      x_{l+1} = sum_k W[l+1,k] LN_k(y_k), y_{l+1} = PreLN-block(x_{l+1}),
                               top = LN(sum_k W[N+1,k] LN_k(y_k))
 """
+
 import math
 
 import torch.nn.functional as F
-
 from reference import causal_mask, ffn, final_norm, source_embedding, target_embedding
-
 
 # --- the sub-layers f of one block, each with the LayerNorm that closes it in Post-LN ----------
 
@@ -42,9 +41,7 @@ def decoder_sublayers(layer, self_pad, enc_out, enc_pad):
         return layer.self_attn(query=x, key=x, value=x, key_padding_mask=self_pad, attn_mask=mask)[0]
 
     def cross_attn(x):
-        return layer.encoder_attn(
-            query=x, key=enc_out, value=enc_out, key_padding_mask=enc_pad, static_kv=True
-        )[0]
+        return layer.encoder_attn(query=x, key=enc_out, value=enc_out, key_padding_mask=enc_pad, static_kv=True)[0]
 
     return [
         ("self_attn", self_attn, layer.self_attn_layer_norm),

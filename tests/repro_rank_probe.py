@@ -1,4 +1,4 @@
-"""Test helper run by torchrun in place of ``fairseq_residual.repro.distributed_train``.
+"""Test helper run by torchrun in place of ``fairseq_residual_tools.repro.distributed_train``.
 
 It records, on every rank, what a distributed job must agree on, then runs the
 real entry point unchanged:
@@ -9,12 +9,13 @@ real entry point unchanged:
 
 Everything goes to ``$PROBE_DIR/rank<R>.pt``.
 """
+
 import os
 
 import torch
 from fairseq import checkpoint_utils, trainer
 
-from fairseq_residual.repro import distributed_train
+from fairseq_residual_tools.repro import distributed_train
 
 seen_ids = []
 _train_step = trainer.Trainer.train_step

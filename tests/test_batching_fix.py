@@ -1,4 +1,5 @@
 """fairseq's batching keeps every example with the plugin loaded (fairseq issue #5036)."""
+
 import numpy as np
 import pytest
 from fairseq.data import data_utils

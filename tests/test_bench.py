@@ -2,6 +2,7 @@
 
 No timing is asserted: the figures live in results/bench/, written by `make bench`.
 """
+
 import dataclasses
 import json
 from collections import Counter
@@ -17,9 +18,17 @@ from fairseq_residual.schemes import SCHEMES
 @pytest.fixture(scope="module")
 def tiny_record(tmp_path_factory):
     record = bench.run(
-        [bench.TINY], warmup=0, reps=2, threads=1, command="pytest",
-        fresh_process_memory=False, fresh_process_per_size=False, log=lambda m: None, gen_reps=3, layouts=2,
-    )  # fmt: skip
+        [bench.TINY],
+        warmup=0,
+        reps=2,
+        threads=1,
+        command="pytest",
+        fresh_process_memory=False,
+        fresh_process_per_size=False,
+        log=lambda m: None,
+        gen_reps=3,
+        layouts=2,
+    )
     out = tmp_path_factory.mktemp("bench")
     bench.write(record, out)
     return record, out
@@ -97,12 +106,22 @@ def test_layouts_build_and_run_the_variants_in_rotated_orders(tiny_record):
 
 def test_pooled_layouts_put_the_rounds_side_by_side_and_take_ratios_over_all_of_them():
     def result(ref_walls, other_walls, memory=None):
-        timing = lambda walls: {"wall_s": walls, "user_s": walls, "sys_s": [0.0] * len(walls), "minor_faults": [0] * len(walls)}  # noqa: E731
+        def timing(walls):
+            return {
+                    "wall_s": walls,
+                    "user_s": walls,
+                    "sys_s": [0.0] * len(walls),
+                    "minor_faults": [0] * len(walls),
+                }  # noqa: E731
         times = {"stock-pre": timing(ref_walls), "residual": timing(other_walls)}
         r = {
-            "size": {"gen_batch": 4}, "variants": {"stock-pre": "", "residual": ""}, "layouts": [["x"]], "train_tokens": 100,
-            "train": bench.speed_table(times, 100, "tokens_per_s"), "generate": bench.speed_table(times, 4, "sentences_per_s"),
-        }  # fmt: skip
+            "size": {"gen_batch": 4},
+            "variants": {"stock-pre": "", "residual": ""},
+            "layouts": [["x"]],
+            "train_tokens": 100,
+            "train": bench.speed_table(times, 100, "tokens_per_s"),
+            "generate": bench.speed_table(times, 4, "sentences_per_s"),
+        }
         for name in times:
             r["generate"][name]["hypothesis_lengths"] = [6]
         if memory:
@@ -168,7 +187,11 @@ class _OpCounter(TorchDispatchMode):
 def _training_step_profile(scheme):
     task = bench.SyntheticTask(bench.TINY.vocab)
     sample = bench.synthetic_batch(task, 4, 7, 6)
-    step = bench.TrainingStep(bench.build_variant(bench.Variant(scheme, scheme, scheme), bench.TINY, task), sample, task.target_dictionary.pad())
+    step = bench.TrainingStep(
+        bench.build_variant(bench.Variant(scheme, scheme, scheme), bench.TINY, task),
+        sample,
+        task.target_dictionary.pad(),
+    )
     counter = _OpCounter()
     with counter:
         step.loss().backward()

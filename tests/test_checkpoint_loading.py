@@ -1,4 +1,5 @@
 """fairseq checkpoints load under torch >= 2.6's safe loader, and nothing else is let through."""
+
 import argparse
 import os
 
@@ -26,8 +27,15 @@ def test_a_fresh_fairseq_checkpoint_contains_only_allowlisted_globals(demo_datab
 
     args = train_args(demo_databin.databin, tmp_path, max_update=2)
     # one update per epoch, so that end-of-epoch validation (with BLEU) is checkpointed
-    args += ["--max-tokens", "20000", "--eval-bleu", "--eval-bleu-remove-bpe", "--best-checkpoint-metric", "bleu",
-             "--maximize-best-checkpoint-metric"]  # fmt: skip
+    args += [
+        "--max-tokens",
+        "20000",
+        "--eval-bleu",
+        "--eval-bleu-remove-bpe",
+        "--best-checkpoint-metric",
+        "bleu",
+        "--maximize-best-checkpoint-metric",
+    ]
     run_cli(args, cwd=tmp_path)
     found = globals_needed(tmp_path / "checkpoint_last.pt")
     allowed = {f"{g.__module__}.{g.__qualname__}" for g in FAIRSEQ_CHECKPOINT_GLOBALS}

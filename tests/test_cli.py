@@ -3,33 +3,70 @@
 One small data-bin (the embedded corpus through the real pipeline) and one
 trained checkpoint are shared by all tests of this module.
 """
-import json
+
 import re
-from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import PLUGIN_DIR, ROOT, run_cli
 
 TINY_MODEL = [
-    "--encoder-layers", "2", "--decoder-layers", "2",
-    "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-    "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-    "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-]  # fmt: skip
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+]
 
 
 def train_args(databin, save_dir, max_update, scheme="residual"):
     return [
-        "fairseq_cli.train", str(databin), "--user-dir", PLUGIN_DIR,
-        "--arch", "residual_transformer_iwslt_de_en", "--residual-scheme", scheme,
-        *TINY_MODEL, "--share-all-embeddings",
-        "--optimizer", "adam", "--lr", "1e-3", "--criterion", "label_smoothed_cross_entropy",
-        "--max-tokens", "1024", "--max-update", str(max_update), "--cpu", "--num-workers", "0",
-        "--save-dir", str(save_dir), "--save-interval-updates", "4", "--no-epoch-checkpoints",
-        "--log-format", "json", "--log-interval", "1", "--seed", "3",
-    ]  # fmt: skip
+        "fairseq_cli.train",
+        str(databin),
+        "--user-dir",
+        PLUGIN_DIR,
+        "--arch",
+        "residual_transformer_iwslt_de_en",
+        "--residual-scheme",
+        scheme,
+        *TINY_MODEL,
+        "--share-all-embeddings",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "1e-3",
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--max-tokens",
+        "1024",
+        "--max-update",
+        str(max_update),
+        "--cpu",
+        "--num-workers",
+        "0",
+        "--save-dir",
+        str(save_dir),
+        "--save-interval-updates",
+        "4",
+        "--no-epoch-checkpoints",
+        "--log-format",
+        "json",
+        "--log-interval",
+        "1",
+        "--seed",
+        "3",
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -54,10 +91,19 @@ def test_generate_loads_checkpoint_and_reports_bleu(demo_databin, trained):
     save_dir, _ = trained
     proc = run_cli(
         [
-            "fairseq_cli.generate", str(demo_databin.databin), "--user-dir", PLUGIN_DIR,
-            "--path", str(save_dir / "checkpoint_best.pt"), "--beam", "5", "--remove-bpe",
-            "--max-tokens", "2000", "--cpu",
-        ],  # fmt: skip
+            "fairseq_cli.generate",
+            str(demo_databin.databin),
+            "--user-dir",
+            PLUGIN_DIR,
+            "--path",
+            str(save_dir / "checkpoint_best.pt"),
+            "--beam",
+            "5",
+            "--remove-bpe",
+            "--max-tokens",
+            "2000",
+            "--cpu",
+        ],
         cwd=save_dir,
     )
     out = proc.stdout + proc.stderr
@@ -77,10 +123,22 @@ def test_interactive_translates_stdin(demo_databin, trained):
     src = (demo_databin.root / "bpe" / "test.src").read_text().splitlines()[:3]
     proc = subprocess.run(
         [
-            sys.executable, "-m", "fairseq_cli.interactive", str(demo_databin.databin),
-            "--user-dir", PLUGIN_DIR, "--path", str(save_dir / "checkpoint_best.pt"),
-            "--beam", "3", "--source-lang", "src", "--target-lang", "tgt", "--cpu",
-        ],  # fmt: skip
+            sys.executable,
+            "-m",
+            "fairseq_cli.interactive",
+            str(demo_databin.databin),
+            "--user-dir",
+            PLUGIN_DIR,
+            "--path",
+            str(save_dir / "checkpoint_best.pt"),
+            "--beam",
+            "3",
+            "--source-lang",
+            "src",
+            "--target-lang",
+            "tgt",
+            "--cpu",
+        ],
         input="\n".join(src) + "\n",
         capture_output=True,
         text=True,
@@ -103,14 +161,22 @@ def test_training_resumes_from_checkpoint_last_at_the_saved_update(demo_databin,
 
 
 def test_hydra_train_with_the_demo_yaml(demo_databin, tmp_path):
-    proc = run_cli(
+    run_cli(
         [
-            "fairseq_cli.hydra_train", "--config-dir", str(ROOT / "configs"), "--config-name", "demo",
-            f"task.data={demo_databin.databin}", f"common.user_dir={PLUGIN_DIR}",
-            f"checkpoint.save_dir={tmp_path}", "optimization.max_update=3",
-            "model.encoder_layers=1", "model.decoder_layers=1", "model.residual_scheme=pre",
+            "fairseq_cli.hydra_train",
+            "--config-dir",
+            str(ROOT / "configs"),
+            "--config-name",
+            "demo",
+            f"task.data={demo_databin.databin}",
+            f"common.user_dir={PLUGIN_DIR}",
+            f"checkpoint.save_dir={tmp_path}",
+            "optimization.max_update=3",
+            "model.encoder_layers=1",
+            "model.decoder_layers=1",
+            "model.residual_scheme=pre",
             f"hydra.run.dir={tmp_path / 'hydra'}",
-        ],  # fmt: skip
+        ],
         cwd=tmp_path,
     )
     state = torch.load(tmp_path / "checkpoint_last.pt", weights_only=True)

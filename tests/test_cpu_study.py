@@ -1,12 +1,13 @@
 """The CPU study's pipeline: commands, the fails rule, the table in the paper's shape,
 resuming, and probing one of its checkpoints. A reduced run checks the pipeline only."""
+
 import json
 from pathlib import Path
 
 import pytest
 from fairseq import options
 
-from fairseq_residual.analysis import probes, study
+from fairseq_residual_tools.analysis import probes, study
 
 
 def parsed_training_args(spec, settings):
@@ -32,10 +33,12 @@ def test_table_has_the_paper_layout_and_reports_failures():
         return dict(scheme=scheme, layers=layers, warmup=warmup, seed=seed, bleu=bleu, fails=fails)
 
     results = [
-        run("post", 6, True, 1, 10.0), run("post", 6, True, 2, 12.0),
+        run("post", 6, True, 1, 10.0),
+        run("post", 6, True, 2, 12.0),
         run("post", 12, False, 1, None, "training loss became NaN/inf"),
         run("post", 12, False, 2, None, "no progress (loss 9 -> 9)"),
-        run("residual", 12, False, 1, 20.0), run("residual", 12, False, 2, None, "loss became NaN"),
+        run("residual", 12, False, 1, 20.0),
+        run("residual", 12, False, 2, None, "loss became NaN"),
     ]
     lines = study.ablation_table(results, "bleu", 2).splitlines()
     assert lines[0] == "| method | warmup | E6D6 | E12D12 |"
@@ -56,10 +59,40 @@ def test_training_time_adds_up_the_attempts_of_a_resumed_run(tmp_path):
 @pytest.fixture(scope="module")
 def reduced_study(tmp_path_factory):
     work, out = tmp_path_factory.mktemp("study-work"), tmp_path_factory.mktemp("study-out")
-    argv = ["--work", str(work), "--out", str(out), "--schemes", "residual", "--depths", "2",
-            "--seeds", "1", "--dim", "16", "--max-update", "6", "--warmup", "3", "--validate-every", "3",
-            "--log-interval", "1", "--max-tokens", "512", "--train-pairs", "200", "--valid-pairs", "10",
-            "--test-pairs", "10", "--bpe-merges", "100", "--jobs", "2"]
+    argv = [
+        "--work",
+        str(work),
+        "--out",
+        str(out),
+        "--schemes",
+        "residual",
+        "--depths",
+        "2",
+        "--seeds",
+        "1",
+        "--dim",
+        "16",
+        "--max-update",
+        "6",
+        "--warmup",
+        "3",
+        "--validate-every",
+        "3",
+        "--log-interval",
+        "1",
+        "--max-tokens",
+        "512",
+        "--train-pairs",
+        "200",
+        "--valid-pairs",
+        "10",
+        "--test-pairs",
+        "10",
+        "--bpe-merges",
+        "100",
+        "--jobs",
+        "2",
+    ]
     return work, out, argv, study.main(argv)
 
 
@@ -96,7 +129,17 @@ def test_a_second_call_skips_finished_runs_and_rejudges_them_with_the_current_ru
 def test_probes_read_a_trained_checkpoint(reduced_study, tmp_path):
     work, out, argv, results = reduced_study
     checkpoint = work / "runs" / "residual-e2d2-warmup-seed1" / "checkpoint_last.pt"
-    summary = probes.main(["--checkpoint", str(checkpoint), "--data", str(work / "data" / "data-bin"),
-                           "--sentences", "4", "--out", str(tmp_path)])
+    summary = probes.main(
+        [
+            "--checkpoint",
+            str(checkpoint),
+            "--data",
+            str(work / "data" / "data-bin"),
+            "--sentences",
+            "4",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     assert list(summary) == ["residual"] and list(summary["residual"]) == ["2"]
     assert len(summary["residual"]["2"]["decoder"]["grad_norm"]["mean"]) == 2

@@ -3,6 +3,7 @@ against fixture archives with the real releases' layout, through the mirror over
 
 Each recipe runs once per session; the tests read what it produced.
 """
+
 import json
 import os
 import re
@@ -21,8 +22,13 @@ NUMBER = re.compile(r"\b\d+\b")
 
 def run_script(name, args, env=None):
     full_env = dict(os.environ, PYTHONWARNINGS="ignore", **(env or {}))
-    return subprocess.run(["bash", str(REPO / "data-prep" / f"prepare-{name}.sh"), *map(str, args)],
-                          cwd=REPO, env=full_env, capture_output=True, text=True)
+    return subprocess.run(
+        ["bash", str(REPO / "data-prep" / f"prepare-{name}.sh"), *map(str, args)],
+        cwd=REPO,
+        env=full_env,
+        capture_output=True,
+        text=True,
+    )
 
 
 def ok(proc):
@@ -47,8 +53,21 @@ def load_translation(databin, src, tgt, split):
     from fairseq import options, tasks
 
     parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [str(databin), "--task", "translation", "--source-lang", src,
-                                                "--target-lang", tgt, "--arch", "transformer", "--cpu"])
+    args = options.parse_args_and_arch(
+        parser,
+        [
+            str(databin),
+            "--task",
+            "translation",
+            "--source-lang",
+            src,
+            "--target-lang",
+            tgt,
+            "--arch",
+            "transformer",
+            "--cpu",
+        ],
+    )
     task = tasks.setup_task(args)
     task.load_dataset(split)
     return task.dataset(split)
@@ -63,11 +82,22 @@ def iwslt(tmp_path_factory):
     archive, expected = build_iwslt(root / "mirror")
     checksums = write_checksums(root / "checksums.json", [archive])
     out = root / "out"
-    args = ["--out", out, "--base-url", f"file://{archive.parent}", "--checksums", checksums,
-            "--bpe-merges", 200, "--workers", 2]
+    args = [
+        "--out",
+        out,
+        "--base-url",
+        f"file://{archive.parent}",
+        "--checksums",
+        checksums,
+        "--bpe-merges",
+        200,
+        "--workers",
+        2,
+    ]
     proc = ok(run_script("iwslt14", args))
-    return SimpleNamespace(root=root, out=out, expected=expected, args=args, proc=proc, archive=archive,
-                           checksums=checksums)
+    return SimpleNamespace(
+        root=root, out=out, expected=expected, args=args, proc=proc, archive=archive, checksums=checksums
+    )
 
 
 def test_iwslt_split_sizes_follow_the_recipe(iwslt):
@@ -146,12 +176,13 @@ def test_second_run_skips_every_stage_and_rewrites_nothing(iwslt):
 
 
 def test_force_redoes_every_stage_with_the_same_result(iwslt, tmp_path):
-    from fairseq_residual.dataprep import iwslt14
+    from fairseq_residual_tools.dataprep import iwslt14
 
     out = tmp_path / "out"
     shutil.copytree(iwslt.out, out)
-    args = iwslt14.build_parser().parse_args([str(a) if a != iwslt.out else str(out) for a in iwslt.args]
-                                             + ["--force", "--quiet"])
+    args = iwslt14.build_parser().parse_args(
+        [str(a) if a != iwslt.out else str(out) for a in iwslt.args] + ["--force", "--quiet"]
+    )
     stages = iwslt14.prepare(args)
     assert not stages.skipped and "binarise" in stages.ran and "extract" in stages.ran
     for split in ("train", "valid", "test"):
@@ -174,27 +205,76 @@ def test_corrupted_archive_is_rejected_with_one_line(iwslt, tmp_path):
 
 
 def test_wrong_language_pair_is_a_one_line_error(capsys):
-    from fairseq_residual.dataprep import iwslt14
+    from fairseq_residual_tools.dataprep import iwslt14
 
     assert iwslt14.main(["--src", "fr", "--tgt", "en", "--quiet"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["error: IWSLT-14 here is German-English: use --src de --tgt en or --src en --tgt de "
-                   "(got --src fr --tgt en)"]
+    assert err == [
+        "error: IWSLT-14 here is German-English: use --src de --tgt en or --src en --tgt de (got --src fr --tgt en)"
+    ]
 
 
 def test_training_starts_from_the_prepared_iwslt_data_bin(iwslt, tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "fairseq_cli.train", str(iwslt.out / "bin"), "--user-dir", str(REPO / "fairseq_residual"),
-         "--task", "translation", "--source-lang", "de", "--target-lang", "en",
-         "--arch", "residual_transformer_iwslt_de_en", "--share-all-embeddings",
-         "--encoder-layers", "1", "--decoder-layers", "1", "--encoder-embed-dim", "32", "--decoder-embed-dim", "32",
-         "--encoder-ffn-embed-dim", "64", "--decoder-ffn-embed-dim", "64",
-         "--encoder-attention-heads", "2", "--decoder-attention-heads", "2",
-         "--optimizer", "adam", "--lr", "5e-4", "--max-tokens", "2048", "--max-update", "3",
-         "--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1",
-         "--cpu", "--no-save", "--disable-validation", "--log-format", "simple", "--log-interval", "1",
-         "--save-dir", str(tmp_path / "ckpt")],
-        cwd=tmp_path, capture_output=True, text=True, env=dict(os.environ, PYTHONWARNINGS="ignore"))
+        [
+            sys.executable,
+            "-m",
+            "fairseq_cli.train",
+            str(iwslt.out / "bin"),
+            "--user-dir",
+            str(REPO / "fairseq_residual"),
+            "--task",
+            "translation",
+            "--source-lang",
+            "de",
+            "--target-lang",
+            "en",
+            "--arch",
+            "residual_transformer_iwslt_de_en",
+            "--share-all-embeddings",
+            "--encoder-layers",
+            "1",
+            "--decoder-layers",
+            "1",
+            "--encoder-embed-dim",
+            "32",
+            "--decoder-embed-dim",
+            "32",
+            "--encoder-ffn-embed-dim",
+            "64",
+            "--decoder-ffn-embed-dim",
+            "64",
+            "--encoder-attention-heads",
+            "2",
+            "--decoder-attention-heads",
+            "2",
+            "--optimizer",
+            "adam",
+            "--lr",
+            "5e-4",
+            "--max-tokens",
+            "2048",
+            "--max-update",
+            "3",
+            "--criterion",
+            "label_smoothed_cross_entropy",
+            "--label-smoothing",
+            "0.1",
+            "--cpu",
+            "--no-save",
+            "--disable-validation",
+            "--log-format",
+            "simple",
+            "--log-interval",
+            "1",
+            "--save-dir",
+            str(tmp_path / "ckpt"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONWARNINGS="ignore"),
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     log = proc.stdout + proc.stderr
     assert "ResidualTransformer" in log or "residual_transformer" in log
@@ -211,8 +291,13 @@ def wmt(tmp_path_factory):
     checksums = write_checksums(root / "checksums.json", archives)
     out = root / "out"
     # the mirror through the environment variable, as a plain folder
-    proc = ok(run_script("wmt14", ["--out", out, "--checksums", checksums, "--bpe-merges", 300, "--workers", 2],
-                         env={"WMT14_BASE_URL": str(root / "mirror")}))
+    proc = ok(
+        run_script(
+            "wmt14",
+            ["--out", out, "--checksums", checksums, "--bpe-merges", 300, "--workers", 2],
+            env={"WMT14_BASE_URL": str(root / "mirror")},
+        )
+    )
     return SimpleNamespace(out=out, expected=expected, proc=proc)
 
 
@@ -258,9 +343,13 @@ def opus(tmp_path_factory):
     archives, sizes = build_opus(root / "mirror")
     checksums = write_checksums(root / "checksums.json", archives)
     out = root / "out"
-    proc = ok(run_script("opus100", ["--out", out, "--checksums", checksums, "--langs", "de,fr,yo",
-                                     "--spm-vocab", 150, "--workers", 2],
-                         env={"OPUS100_BASE_URL": f"file://{root / 'mirror'}"}))
+    proc = ok(
+        run_script(
+            "opus100",
+            ["--out", out, "--checksums", checksums, "--langs", "de,fr,yo", "--spm-vocab", 150, "--workers", 2],
+            env={"OPUS100_BASE_URL": f"file://{root / 'mirror'}"},
+        )
+    )
     return SimpleNamespace(out=out, sizes=sizes, proc=proc, checksums=checksums)
 
 
@@ -269,7 +358,7 @@ def test_opus_sizes_language_lists_and_train_only_pairs(opus):
     for pair_name, splits in opus.sizes.items():
         for split, n in splits.items():
             for lang in pair_name.split("-"):
-                assert len(lines(text / f"{ {'dev': 'valid'}.get(split, split)}.{pair_name}.{lang}")) == n
+                assert len(lines(text / f"{ {'dev': 'valid'}.get(split, split) }.{pair_name}.{lang}")) == n
     assert not (text / "valid.en-yo.yo").exists()  # yo-en has no dev/test in OPUS-100 v1.0
     bin_ = opus.out / "bin"
     assert lines(bin_ / "langs.txt") == ["de,en,fr,yo"]
@@ -293,11 +382,31 @@ def test_fairseq_multilingual_task_loads_the_opus_data_bin(opus):
 
     bin_ = opus.out / "bin"
     parser = options.get_training_parser()
-    args = options.parse_args_and_arch(parser, [
-        str(bin_), "--task", "translation_multi_simple_epoch", "--arch", "transformer", "--cpu",
-        "--langs", lines(bin_ / "langs.txt")[0], "--lang-pairs", lines(bin_ / "lang_pairs.txt")[0],
-        "--encoder-langtok", "tgt", "--sampling-method", "temperature", "--sampling-temperature", "5",
-        "--max-source-positions", "256", "--max-target-positions", "256"])
+    args = options.parse_args_and_arch(
+        parser,
+        [
+            str(bin_),
+            "--task",
+            "translation_multi_simple_epoch",
+            "--arch",
+            "transformer",
+            "--cpu",
+            "--langs",
+            lines(bin_ / "langs.txt")[0],
+            "--lang-pairs",
+            lines(bin_ / "lang_pairs.txt")[0],
+            "--encoder-langtok",
+            "tgt",
+            "--sampling-method",
+            "temperature",
+            "--sampling-temperature",
+            "5",
+            "--max-source-positions",
+            "256",
+            "--max-target-positions",
+            "256",
+        ],
+    )
     task = tasks.setup_task(args)
     task.load_dataset("valid")
     assert len(task.dataset("valid")) == 4 * 12  # en<->de and en<->fr valid pairs
@@ -306,7 +415,7 @@ def test_fairseq_multilingual_task_loads_the_opus_data_bin(opus):
 
 
 def test_opus_unknown_language_is_a_one_line_error(opus, capsys):
-    from fairseq_residual.dataprep import opus100
+    from fairseq_residual_tools.dataprep import opus100
 
     assert opus100.main(["--langs", "de,xx", "--checksums", str(opus.checksums), "--out", "unused", "--quiet"]) == 1
     err = capsys.readouterr().err.strip().splitlines()
@@ -332,9 +441,29 @@ def custom_corpus(tmp_path_factory):
 def test_custom_corpus_bpe_pipeline_through_the_script(custom_corpus):
     out = custom_corpus / "out-bpe"
     raw = custom_corpus / "raw"
-    ok(run_script("custom", ["--train-prefix", raw / "train", "--valid-prefix", raw / "valid",
-                             "--test-prefix", raw / "test", "--src", "de", "--tgt", "en", "--out", out,
-                             "--bpe-merges", 150, "--workers", 2]))
+    ok(
+        run_script(
+            "custom",
+            [
+                "--train-prefix",
+                raw / "train",
+                "--valid-prefix",
+                raw / "valid",
+                "--test-prefix",
+                raw / "test",
+                "--src",
+                "de",
+                "--tgt",
+                "en",
+                "--out",
+                out,
+                "--bpe-merges",
+                150,
+                "--workers",
+                2,
+            ],
+        )
+    )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["pairs"] == {"train": 300, "valid": 20, "test": 20}
     assert ids(out / "text" / "test.de") == list(range(2001, 2021)) == ids(out / "text" / "test.en")
@@ -343,13 +472,34 @@ def test_custom_corpus_bpe_pipeline_through_the_script(custom_corpus):
 
 
 def test_custom_corpus_sentencepiece_pipeline(custom_corpus, tmp_path):
-    from fairseq_residual.dataprep import custom
+    from fairseq_residual_tools.dataprep import custom
 
     raw = custom_corpus / "raw"
     out = tmp_path / "out"
-    assert custom.main(["--train-prefix", str(raw / "train"), "--valid-prefix", str(raw / "valid"),
-                        "--src", "de", "--tgt", "en", "--out", str(out), "--subword", "sentencepiece",
-                        "--spm-vocab", "100", "--workers", "1", "--quiet"]) == 0
+    assert (
+        custom.main(
+            [
+                "--train-prefix",
+                str(raw / "train"),
+                "--valid-prefix",
+                str(raw / "valid"),
+                "--src",
+                "de",
+                "--tgt",
+                "en",
+                "--out",
+                str(out),
+                "--subword",
+                "sentencepiece",
+                "--spm-vocab",
+                "100",
+                "--workers",
+                "1",
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     decoded = ["".join(x.split()).replace("\u2581", " ").strip() for x in lines(out / "text" / "valid.en")]
     assert decoded == lines(raw / "valid.en")
     assert (out / "bin" / "valid.de-en.de.bin").exists() and not (out / "bin" / "test.de-en.de.bin").exists()
@@ -357,7 +507,7 @@ def test_custom_corpus_sentencepiece_pipeline(custom_corpus, tmp_path):
 
 @pytest.mark.parametrize("problem", ["missing", "mismatch", "empty", "same-language"])
 def test_custom_corpus_bad_input_is_one_line_naming_the_file(problem, custom_corpus, tmp_path, capsys):
-    from fairseq_residual.dataprep import custom
+    from fairseq_residual_tools.dataprep import custom
 
     raw = tmp_path / "raw"
     shutil.copytree(custom_corpus / "raw", raw)
@@ -376,8 +526,21 @@ def test_custom_corpus_bad_input_is_one_line_naming_the_file(problem, custom_cor
     else:
         tgt = "de"
         expected = "error: --src and --tgt are both 'de'"
-    rc = custom.main(["--train-prefix", str(raw / "train"), "--valid-prefix", str(raw / "valid"),
-                      "--src", src, "--tgt", tgt, "--out", str(tmp_path / "out"), "--quiet"])
+    rc = custom.main(
+        [
+            "--train-prefix",
+            str(raw / "train"),
+            "--valid-prefix",
+            str(raw / "valid"),
+            "--src",
+            src,
+            "--tgt",
+            tgt,
+            "--out",
+            str(tmp_path / "out"),
+            "--quiet",
+        ]
+    )
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 1 and len(err) == 1 and err[0].startswith(expected), err
     assert not (tmp_path / "out" / "bin").exists()

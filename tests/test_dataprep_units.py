@@ -1,4 +1,5 @@
 """Downloads and the Moses-script equivalents, checked on small inputs (no fairseq start-up)."""
+
 import http.server
 import json
 import random
@@ -9,10 +10,10 @@ from pathlib import Path
 import pytest
 from fixtures_dataprep import make_tgz, sha256, write_checksums
 
-from fairseq_residual.dataprep.download import Checksums, fetch
-from fairseq_residual.dataprep.formats import iwslt_train_lines, seg_lines
-from fairseq_residual.dataprep.moses import TextSteps, clean_corpus, process_file, remove_non_printing
-from fairseq_residual.errors import DataError
+from fairseq_residual_tools.dataprep.download import Checksums, fetch
+from fairseq_residual_tools.dataprep.formats import iwslt_train_lines, seg_lines
+from fairseq_residual_tools.dataprep.moses import TextSteps, clean_corpus, process_file, remove_non_printing
+from fairseq_residual_tools.errors import DataError
 
 
 @pytest.fixture
@@ -41,7 +42,7 @@ def test_fetch_resumes_a_partial_download_from_its_length(tmp_path, mirror):
     source = tmp_path / "mirror2"
     source.mkdir()
     # the mirror's first third is garbage: only a resumed download (which skips it) verifies
-    (source / "corpus.tgz").write_bytes(b"\0" * (len(data) // 3) + data[len(data) // 3:])
+    (source / "corpus.tgz").write_bytes(b"\0" * (len(data) // 3) + data[len(data) // 3 :])
     got = fetch(checksums.archive("corpus.tgz"), tmp_path / "dl", checksums, str(source), quiet=True)
     assert got.read_bytes() == data
 
@@ -119,8 +120,14 @@ def test_unpinned_archive_needs_record_checksum_which_pins_it(tmp_path, mirror):
     checksums = Checksums(path)
     with pytest.raises(DataError, match="--record-checksum"):
         fetch(checksums.archive("corpus.tgz"), tmp_path / "dl", checksums, str(archive.parent), quiet=True)
-    fetch(checksums.archive("corpus.tgz"), tmp_path / "dl", checksums, str(archive.parent),
-          record_checksum=True, quiet=True)
+    fetch(
+        checksums.archive("corpus.tgz"),
+        tmp_path / "dl",
+        checksums,
+        str(archive.parent),
+        record_checksum=True,
+        quiet=True,
+    )
     entry = json.loads(path.read_text())["archives"]["corpus.tgz"]
     assert entry["sha256"] == sha256(archive) and entry["size"] == archive.stat().st_size
 
@@ -134,8 +141,15 @@ def test_missing_mirror_file_names_the_path(tmp_path, mirror):
 def test_package_checksums_cover_every_archive_the_recipes_name():
     checksums = Checksums(None)
     names = set(checksums.data["archives"])
-    for name in ("de-en.tgz", "training-parallel-europarl-v7.tgz", "training-parallel-commoncrawl.tgz",
-                 "training-parallel-nc-v12.tgz", "dev.tgz", "test-full.tgz", "opus-100-corpus-de-en-v1.0.tar.gz"):
+    for name in (
+        "de-en.tgz",
+        "training-parallel-europarl-v7.tgz",
+        "training-parallel-commoncrawl.tgz",
+        "training-parallel-nc-v12.tgz",
+        "dev.tgz",
+        "test-full.tgz",
+        "opus-100-corpus-de-en-v1.0.tar.gz",
+    ):
         assert name in names
     opus = [n for n in names if n.startswith("opus-100-corpus-")]
     assert len(opus) == 99
@@ -184,23 +198,27 @@ def test_moses_steps_follow_the_perl_scripts(tmp_path):
 
 def test_seg_lines_and_iwslt_train_tags_follow_fairseqs_sed(tmp_path):
     xml = tmp_path / "t.xml"
-    xml.write_text('<doc docid="1">\n<title>T</title>\n<seg id="1"> It\u2019s here. </seg>\n<seg id="22">B</seg>\n</doc>\n')
+    xml.write_text(
+        '<doc docid="1">\n<title>T</title>\n<seg id="1"> It\u2019s here. </seg>\n<seg id="22">B</seg>\n</doc>\n'
+    )
     assert seg_lines(xml) == ["It's here.", "B"]
     tags = tmp_path / "train.tags"
-    tags.write_text("<url>u</url>\n<keywords>k</keywords>\n<talkid>1</talkid>\n<title>A: B</title>\n"
-                    "<description>D.</description>\ntext line\n")
+    tags.write_text(
+        "<url>u</url>\n<keywords>k</keywords>\n<talkid>1</talkid>\n<title>A: B</title>\n"
+        "<description>D.</description>\ntext line\n"
+    )
     assert iwslt_train_lines(tags) == ["A: B", "D.", "text line"]
     with pytest.raises(DataError, match="no <seg id"):
         seg_lines(tags)
 
 
 def test_interrupted_stage_leaves_nothing_that_looks_finished(tmp_path):
-    from fairseq_residual.dataprep.pipeline import Stages
+    from fairseq_residual_tools.dataprep.pipeline import Stages
 
     out = tmp_path / "out.txt"
 
     def interrupted():
-        from fairseq_residual.dataprep.pipeline import atomic_outputs
+        from fairseq_residual_tools.dataprep.pipeline import atomic_outputs
 
         with atomic_outputs([out]) as (tmp,):
             tmp.write_text("half")

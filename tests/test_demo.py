@@ -1,15 +1,33 @@
 """`make demo`'s job runs end to end (tiny settings) and writes its report from that run."""
+
 import json
 
-from fairseq_residual.demo import run
+from fairseq_residual_tools.demo import run
 
 
 def test_demo_writes_table_json_and_plot_from_its_own_run(tmp_path, capsys):
     out = tmp_path / "out"
     run.main(
-        ["--work", str(tmp_path / "work"), "--out", str(out), "--layers", "1", "--dim", "16",
-         "--max-update", "4", "--validate-every", "2", "--warmup", "2", "--train-pairs", "300",
-         "--schemes", "post,residual"]  # fmt: skip
+        [
+            "--work",
+            str(tmp_path / "work"),
+            "--out",
+            str(out),
+            "--layers",
+            "1",
+            "--dim",
+            "16",
+            "--max-update",
+            "4",
+            "--validate-every",
+            "2",
+            "--warmup",
+            "2",
+            "--train-pairs",
+            "300",
+            "--schemes",
+            "post,residual",
+        ]
     )
     printed = capsys.readouterr().out
     report = json.loads((out / "results.json").read_text())

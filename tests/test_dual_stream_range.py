@@ -1,10 +1,10 @@
 """The dual stream x^d of a deep ResiDual model stays inside fp16 range with the scale option."""
+
 import pytest
 import torch
+from conftest import TinyTask, build_model, random_batch
 
 from fairseq_residual.schemes.residual import DualStreamOutput
-
-from conftest import TinyTask, build_model, random_batch
 
 FP16_MAX = torch.finfo(torch.float16).max  # 65504
 DEPTH = 48

@@ -1,11 +1,11 @@
 """ResiDual's encoder and decoder compute exactly the paper's PPLN equations."""
+
 import pytest
 import torch
-
-from fairseq_residual.schemes import residual as residual_scheme
-
 from conftest import TinyTask, build_model, random_batch
 from reference import residual_decoder, residual_encoder
+
+from fairseq_residual.schemes import residual as residual_scheme
 
 TOL = 1e-5
 

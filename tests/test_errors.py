@@ -1,12 +1,12 @@
 """Bad input ends with one clear line naming the problem and the fix, never a traceback."""
+
 import pytest
 import torch
+from conftest import PLUGIN_DIR, TinyTask, build_model, run_cli
+from test_cli import TINY_MODEL, train_args
 
 from fairseq_residual.errors import CheckpointMismatchError, ConfigError
 from fairseq_residual.model import SCHEME_KEY
-
-from conftest import PLUGIN_DIR, TinyTask, build_model, run_cli
-from test_cli import TINY_MODEL, train_args
 
 
 def error_lines(proc):
@@ -17,8 +17,16 @@ def error_lines(proc):
 
 def test_unknown_scheme_is_rejected_by_the_cli(tmp_path):
     proc = run_cli(
-        ["fairseq_cli.train", str(tmp_path), "--user-dir", PLUGIN_DIR,
-         "--arch", "residual_transformer", "--residual-scheme", "bogus"],  # fmt: skip
+        [
+            "fairseq_cli.train",
+            str(tmp_path),
+            "--user-dir",
+            PLUGIN_DIR,
+            "--arch",
+            "residual_transformer",
+            "--residual-scheme",
+            "bogus",
+        ],
         cwd=tmp_path,
         check=False,
     )
@@ -42,8 +50,18 @@ def test_embed_dim_not_divisible_by_heads(demo_databin, tmp_path):
 def test_missing_data_folder(tmp_path):
     missing = tmp_path / "data-bin" / "nope"
     proc = run_cli(
-        ["fairseq_cli.train", str(missing), "--user-dir", PLUGIN_DIR,
-         "--arch", "residual_transformer", *TINY_MODEL, "--max-tokens", "512", "--cpu"],  # fmt: skip
+        [
+            "fairseq_cli.train",
+            str(missing),
+            "--user-dir",
+            PLUGIN_DIR,
+            "--arch",
+            "residual_transformer",
+            *TINY_MODEL,
+            "--max-tokens",
+            "512",
+            "--cpu",
+        ],
         cwd=tmp_path,
         check=False,
     )
@@ -53,9 +71,7 @@ def test_missing_data_folder(tmp_path):
 
 def test_resuming_with_another_scheme_is_a_clear_error(demo_databin, tmp_path):
     run_cli(train_args(demo_databin.databin, tmp_path, max_update=1, scheme="residual"), cwd=tmp_path)
-    proc = run_cli(
-        train_args(demo_databin.databin, tmp_path, max_update=2, scheme="pre"), cwd=tmp_path, check=False
-    )
+    proc = run_cli(train_args(demo_databin.databin, tmp_path, max_update=2, scheme="pre"), cwd=tmp_path, check=False)
     (line,) = error_lines(proc)
     assert "trained with --residual-scheme residual" in line
     assert "uses --residual-scheme pre" in line

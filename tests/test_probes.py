@@ -1,13 +1,14 @@
 """The probes measure what the paper's theorems talk about, for every scheme, and the
 theory's robust predictions hold at initialisation at depth 48."""
+
 import json
 import math
 
 import pytest
 import torch
 
-from fairseq_residual.analysis import probes
 from fairseq_residual.schemes import SCHEMES
+from fairseq_residual_tools.analysis import probes
 
 DEPTH = 48
 
@@ -23,8 +24,10 @@ def task_and_batch(demo_databin):
 def deep(task_and_batch):
     """Post-LN, Pre-LN and ResiDual, 48 + 48 layers of width 64, seed 1, at initialisation."""
     task, batch = task_and_batch
-    return {s: probes.probe(probes.build_at_init(task, s, DEPTH, 64, 4, 256, seed=1), batch)
-            for s in ("post", "pre", "residual")}
+    return {
+        s: probes.probe(probes.build_at_init(task, s, DEPTH, 64, 4, 256, seed=1), batch)
+        for s in ("post", "pre", "residual")
+    }
 
 
 def test_post_ln_bottom_decoder_gradient_vanishes_at_depth_48_but_residual_does_not(deep):
@@ -100,9 +103,31 @@ def test_fits_recover_the_shape_they_are_given():
 
 
 def test_probe_command_writes_json_and_plots(demo_databin, tmp_path):
-    summary = probes.main(["--data", str(demo_databin.databin), "--schemes", "post", "residual",
-                           "--depths", "2", "3", "--seeds", "1", "2", "--dim", "16", "--heads", "2",
-                           "--ffn", "32", "--sentences", "8", "--out", str(tmp_path)])
+    summary = probes.main(
+        [
+            "--data",
+            str(demo_databin.databin),
+            "--schemes",
+            "post",
+            "residual",
+            "--depths",
+            "2",
+            "3",
+            "--seeds",
+            "1",
+            "2",
+            "--dim",
+            "16",
+            "--heads",
+            "2",
+            "--ffn",
+            "32",
+            "--sentences",
+            "8",
+            "--out",
+            str(tmp_path),
+        ]
+    )
     written = json.loads((tmp_path / "probes.json").read_text())
     assert len(written["runs"]) == 2 * 2 * 2
     cell = written["summary"]["post"]["3"]["decoder"]

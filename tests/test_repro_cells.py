@@ -1,17 +1,17 @@
 """Every cell of the paper's four tables has a config (dataset YAML + overrides) and a dry-run command."""
+
 import re
 import shlex
 import subprocess
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT
 from repro_helpers import SCRIPTS
 
-from fairseq_residual.repro.cells import NOT_IMPLEMENTED, Cell, paper_cells, paper_tables, parse_cell
-from fairseq_residual.repro.launch import compose
 from fairseq_residual.schemes import SCHEMES
+from fairseq_residual_tools.repro.cells import NOT_IMPLEMENTED, Cell, paper_cells, paper_tables, parse_cell
+from fairseq_residual_tools.repro.launch import compose
 
 
 def test_the_tables_give_the_papers_cells():
@@ -33,8 +33,11 @@ def test_a_cell_name_round_trips_and_bad_names_say_why():
     cell = parse_cell("iwslt14/pre/e12d12/nowarmup")
     assert cell == Cell("iwslt14", "pre", 12, 12, warmup=False) and cell.name == "iwslt14/pre/e12d12/nowarmup"
     assert cell.overrides() == [
-        "model.residual_scheme=pre", "model.encoder_layers=12", "model.decoder_layers=12", "+warmup=none",
-    ]  # fmt: skip
+        "model.residual_scheme=pre",
+        "model.encoder_layers=12",
+        "model.decoder_layers=12",
+        "+warmup=none",
+    ]
     with pytest.raises(ValueError, match="DATASET/SCHEME/eNdM"):
         parse_cell("iwslt14/pre/12")
     with pytest.raises(ValueError, match="unknown dataset 'wmt19'"):
@@ -44,7 +47,7 @@ def test_a_cell_name_round_trips_and_bad_names_say_why():
 def test_a_scheme_not_registered_is_marked_not_implemented(tmp_path, monkeypatch):
     monkeypatch.delitem(SCHEMES, "admin", raising=False)
     assert not parse_cell("iwslt14/admin/e6d6").implemented
-    from fairseq_residual.repro.tables import make_tables
+    from fairseq_residual_tools.repro.tables import make_tables
 
     text = make_tables(tmp_path / "results", tmp_path / "work", tmp_path / "tables.md")
     assert re.search(r"^\| Admin \| " + re.escape(NOT_IMPLEMENTED) + r" \| 35\.50 \|", text, re.M)
@@ -74,9 +77,14 @@ def test_cell_configs_follow_the_authors_settings():
     assert wmt["model"]["residual_scheme"] == "residual" and wmt["model"]["decoder_layers"] == 18
     assert wmt["model"]["encoder_embed_dim"] == 512 and wmt["common"]["amp"] is True
     assert (wmt["optimization"]["lr"], wmt["optimization"]["update_freq"], wmt["optimization"]["max_update"]) == (
-        [0.001], [16], 50000)
+        [0.001],
+        [16],
+        50000,
+    )
 
-    opus = resolved(compose(parse_cell("opus100/pre/e18d18"), ["task.data=/d", "task.lang_pairs=en-de", "task.langs=[de,en]"]))
+    opus = resolved(
+        compose(parse_cell("opus100/pre/e18d18"), ["task.data=/d", "task.lang_pairs=en-de", "task.langs=[de,en]"])
+    )
     assert opus["model"]["encoder_layers"] == 18 and opus["model"]["dual_stream_scale"] == 0.05
     assert opus["model"]["share_decoder_input_output_embed"] and not opus["model"]["share_all_embeddings"]
     assert opus["common"]["memory_efficient_fp16"] and opus["common"]["fp16_init_scale"] == 8
@@ -86,10 +94,23 @@ def test_cell_configs_follow_the_authors_settings():
 
 def test_dry_run_of_every_cell_prints_a_command_naming_existing_configs(tmp_path):
     proc = subprocess.run(
-        ["bash", str(SCRIPTS / "reproduce.sh"), "--table", "all", "--dry-run", "--gpus", "4",
-         "--work", str(tmp_path), "--results", str(tmp_path / "results")],
-        capture_output=True, text=True, cwd=tmp_path,
-    )  # fmt: skip
+        [
+            "bash",
+            str(SCRIPTS / "reproduce.sh"),
+            "--table",
+            "all",
+            "--dry-run",
+            "--gpus",
+            "4",
+            "--work",
+            str(tmp_path),
+            "--results",
+            str(tmp_path / "results"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     blocks = re.split(r"^== cell (\S+)\n", proc.stdout, flags=re.M)[1:]
     by_cell = dict(zip(blocks[::2], blocks[1::2]))
@@ -103,7 +124,9 @@ def test_dry_run_of_every_cell_prints_a_command_naming_existing_configs(tmp_path
         (command,) = [line for line in text.splitlines() if "torch.distributed.run" in line]
         argv = shlex.split(command)
         assert argv[argv.index("--nproc-per-node=4") + 1 : argv.index("--nproc-per-node=4") + 3] == [
-            "-m", "fairseq_residual.repro.distributed_train"]
+            "-m",
+            "fairseq_residual_tools.repro.distributed_train",
+        ]
         config_dir = Path(argv[argv.index("--config-dir") + 1])
         config_name = argv[argv.index("--config-name") + 1]
         assert config_dir == ROOT / "configs" and (config_dir / f"{config_name}.yaml").is_file()

@@ -4,6 +4,7 @@ Two IWSLT-14 cells (Post-LN and ResiDual, E6D6) are shrunk with hydra overrides 
 a few CPU seconds; the tables must mark them as not the paper's setting. A third
 cell gets a diverged training log: it must read "fails", as in the paper.
 """
+
 import json
 import os
 import re
@@ -11,15 +12,20 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import ROOT
 from repro_helpers import SCRIPTS, TINY
 
-from fairseq_residual.repro import cli, scoring
+from fairseq_residual_tools.repro import cli, scoring
 
 CELLS = ("iwslt14/post/e6d6", "iwslt14/residual/e6d6")
-SHRINK = [*TINY, "model.encoder_layers=2", "model.decoder_layers=2", "optimization.max_epoch=3",
-          "optimization.lr=[0.002]", "lr_scheduler.warmup_updates=8"]  # fmt: skip
+SHRINK = [
+    *TINY,
+    "model.encoder_layers=2",
+    "model.decoder_layers=2",
+    "optimization.max_epoch=3",
+    "optimization.lr=[0.002]",
+    "lr_scheduler.warmup_updates=8",
+]
 
 NAN_LOG = "".join(
     f"[2026-01-01][train_inner][INFO] - epoch 001:  {u} / 90 loss={x}, nll_loss=1, num_updates={u}, lr=0.001\n"
@@ -34,8 +40,10 @@ EXPLODING_LOG = "".join(
 def run_all(commands, cwd):
     """Run the commands side by side (each is mostly single-threaded start-up)."""
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
-    procs = [subprocess.Popen(c, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-             for c in commands]
+    procs = [
+        subprocess.Popen(c, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        for c in commands
+    ]
     outputs = [p.communicate()[0] for p in procs]
     for c, p, out in zip(commands, procs, outputs):
         assert p.returncode == 0, f"{' '.join(c)} failed:\n{out[-4000:]}"
@@ -48,7 +56,9 @@ def chain(demo_databin, tmp_path_factory):
     work, results = tmp / "work", tmp / "results"
     common = ["--work", str(work), "--results", str(results), "--data", str(demo_databin.databin), "--cpu"]
     train_out = run_all([["bash", str(SCRIPTS / "train.sh"), "--cell", c, *common, "--", *SHRINK] for c in CELLS], tmp)
-    eval_out = run_all([["bash", str(SCRIPTS / "evaluate.sh"), "--cell", c, *common, "--average", "2"] for c in CELLS], tmp)
+    eval_out = run_all(
+        [["bash", str(SCRIPTS / "evaluate.sh"), "--cell", c, *common, "--average", "2"] for c in CELLS], tmp
+    )
 
     diverged = work / "iwslt14" / "post" / "e12d12"
     diverged.mkdir(parents=True)
@@ -63,8 +73,20 @@ def chain(demo_databin, tmp_path_factory):
     (running / "train.log").write_text(EXPLODING_LOG)
 
     tables = tmp / "tables.md"
-    subprocess.run([sys.executable, str(SCRIPTS / "make_tables.py"), "--results", str(results), "--work", str(work),
-                    "--out", str(tables)], check=True, capture_output=True)  # fmt: skip
+    subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPTS / "make_tables.py"),
+            "--results",
+            str(results),
+            "--work",
+            str(work),
+            "--out",
+            str(tables),
+        ],
+        check=True,
+        capture_output=True,
+    )
     return dict(work=work, results=results, tables=tables.read_text(), train_out=train_out, eval_out=eval_out)
 
 
@@ -112,9 +134,13 @@ def test_a_diverged_training_is_reported_as_fails(chain):
     assert record["status"] == "fails" and "NaN" in record["divergence"]
     table = chain["tables"]
     # the IWSLT-14 table: Post-LN E12D12 fails here as in the paper
-    assert re.search(r"^\| Post-LN \| [0-9.]+ † \| 35\.37 \| [+-][0-9.]+ \| fails \| fails \| both fail \|$", table, re.M)
+    assert re.search(
+        r"^\| Post-LN \| [0-9.]+ † \| 35\.37 \| [+-][0-9.]+ \| fails \| fails \| both fail \|$", table, re.M
+    )
     # the ablation: Pre-LN without warmup, E12D12, detected from the log alone
-    assert re.search(r"^\| Pre-LN \| no \| not run \| 32\.28 \|  \| fails \| 31\.82 \| fails here only \|$", table, re.M)
+    assert re.search(
+        r"^\| Pre-LN \| no \| not run \| 32\.28 \|  \| fails \| 31\.82 \| fails here only \|$", table, re.M
+    )
     # ... but not while the first launch is still running
     assert re.search(r"^\| ResiDual \| no \| not run \| 35\.76 \|  \| training \| 35\.57 \|  \|$", table, re.M)
 

@@ -3,30 +3,37 @@
 Plain ``torchrun ... fairseq-train --cpu`` runs independent trainings: fairseq's
 ``infer_init_method`` returns before reading torchrun's RANK/WORLD_SIZE when
 ``distributed_world_size`` is 1, its default without GPUs
-(``fairseq_residual/repro/distributed_train.py`` explains the fix). Here the
+(``fairseq_residual_tools/repro/distributed_train.py`` explains the fix). Here the
 launcher's own torchrun command runs with ``tests/repro_rank_probe.py`` in place
 of the entry point: it records, on every rank, the sentences trained on and the
 parameters when fairseq saves.
 """
+
 import os
 import re
 
 import torch
-
 from conftest import ROOT
 from repro_helpers import TINY, launch_args
 
-from fairseq_residual.repro import launch
+from fairseq_residual_tools.repro import launch
 
 
 def test_two_cpu_processes_train_as_one_distributed_job(demo_databin, tmp_path, monkeypatch):
     probe_dir = tmp_path / "probe"
     probe_dir.mkdir()
     monkeypatch.setenv("PROBE_DIR", str(probe_dir))
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(ROOT / "tests"), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    )
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     args = launch_args(
-        "iwslt14/residual/e6d6", tmp_path / "work", data=demo_databin.databin, gpus=2, cpu=True, dry_run=False,
+        "iwslt14/residual/e6d6",
+        tmp_path / "work",
+        data=demo_databin.databin,
+        gpus=2,
+        cpu=True,
+        dry_run=False,
         overrides=[*TINY, "model.encoder_layers=1", "model.decoder_layers=1", "optimization.max_update=3"],
     )
     assert launch.plan_launch(args).launcher == "torchrun"

@@ -1,24 +1,24 @@
 """Launch commands: the paper's effective batch on any GPU count, torchrun / srun, ranks, resume."""
+
 import shlex
 
 import pytest
-
 from repro_helpers import launch_args
 
-from fairseq_residual.errors import ConfigError
-from fairseq_residual.repro import distributed_train, launch
-from fairseq_residual.repro.distributed_train import ProcessRank, distributed_overrides, process_rank
-from fairseq_residual.repro.launch import derive_batch
+from fairseq_residual_tools.errors import ConfigError
+from fairseq_residual_tools.repro import distributed_train, launch
+from fairseq_residual_tools.repro.distributed_train import ProcessRank, distributed_overrides, process_rank
+from fairseq_residual_tools.repro.launch import derive_batch
 
 
 @pytest.mark.parametrize(
     "gpus, ref, expected",
     [
-        (1, (4096, 1), (4096, 1)),     # IWSLT-14 on one GPU: the config as published
-        (2, (4096, 1), (2048, 1)),     # update_freq is already 1: max_tokens shrinks
+        (1, (4096, 1), (4096, 1)),  # IWSLT-14 on one GPU: the config as published
+        (2, (4096, 1), (2048, 1)),  # update_freq is already 1: max_tokens shrinks
         (4, (4096, 1), (1024, 1)),
-        (4, (4096, 16), (4096, 4)),    # WMT / OPUS-100: update_freq shrinks
-        (16, (4096, 16), (4096, 1)),   # 2 nodes x 8 GPUs
+        (4, (4096, 16), (4096, 4)),  # WMT / OPUS-100: update_freq shrinks
+        (16, (4096, 16), (4096, 1)),  # 2 nodes x 8 GPUs
         (32, (4096, 16), (2048, 1)),
     ],
 )
@@ -56,7 +56,8 @@ def test_commands_for_one_gpu_one_node_several_nodes_and_slurm(tmp_path):
     with pytest.raises(ConfigError, match="--node-rank"):
         launch.plan_launch(launch_args("wmt14/residual/e6d6", tmp_path, gpus=8, nodes=2), environ={})
     multi = launch.plan_launch(
-        launch_args("wmt14/residual/e6d6", tmp_path, gpus=8, nodes=2, node_rank=1, master_addr="node0"), environ={})
+        launch_args("wmt14/residual/e6d6", tmp_path, gpus=8, nodes=2, node_rank=1, master_addr="node0"), environ={}
+    )
     assert multi.command[3:7] == ["--nnodes=2", "--node-rank=1", "--master-addr=node0", "--master-port=29500"]
     assert "optimization.update_freq=[1]" in multi.command
 
@@ -92,7 +93,9 @@ def test_fairseq_is_told_the_rank_world_size_and_device_explicitly():
     # a SLURM GPU binding that leaves each task one GPU: that GPU is device 0
     assert "distributed_training.device_id=0" in distributed_overrides(ProcessRank(5, 16, 5), False, visible_gpus=1)
     cpu = distributed_overrides(ProcessRank(1, 2, 1), cpu=True)
-    assert "distributed_training.distributed_backend=gloo" in cpu and "distributed_training.ddp_backend=legacy_ddp" in cpu
+    assert (
+        "distributed_training.distributed_backend=gloo" in cpu and "distributed_training.ddp_backend=legacy_ddp" in cpu
+    )
     assert "distributed_training.device_id=0" in cpu
     # one process: world size 1, so fairseq does not spawn one process per visible GPU
     assert distributed_overrides(ProcessRank(0, 1, 0), cpu=False) == ["distributed_training.distributed_world_size=1"]

@@ -1,10 +1,11 @@
 """Checkpoint averaging and BLEU as each of the paper's tables scores it."""
+
 import pytest
 import torch
 
-from fairseq_residual.errors import DataError
-from fairseq_residual.repro import scoring
-from fairseq_residual.repro.averaging import average_checkpoints, last_checkpoints
+from fairseq_residual_tools.errors import DataError
+from fairseq_residual_tools.repro import scoring
+from fairseq_residual_tools.repro.averaging import average_checkpoints, last_checkpoints
 
 GENERATE_OUTPUT = """S-1\tdas ist gut
 T-1\tthat is good
@@ -40,12 +41,19 @@ def test_tokenized_bleu_matches_fairseq_score():
 
 def test_wmt_scores_each_test_set_with_compound_splitting_and_averages_them():
     exact = scoring.Generation(["das ist ein Test ."], ["das ist ein Test ."])
-    compound = scoring.Generation(["ein gut @-@ gemachter Plan für heute ."], ["ein gut @-@ bekannter Plan für heute ."])
+    compound = scoring.Generation(
+        ["ein gut @-@ gemachter Plan für heute ."], ["ein gut @-@ bekannter Plan für heute ."]
+    )
     scores = scoring.score_wmt({"newstest2010": exact, "newstest2011": compound}, "de")
     assert scores["test_sets"]["newstest2010"]["bleu"] == 100.0
     split = scores["test_sets"]["newstest2011"]["bleu"]
-    assert split == scoring.tokenized_bleu(
-        ["ein gut @ ##AT##-##AT## @ gemachter Plan für heute ."], ["ein gut @ ##AT##-##AT## @ bekannter Plan für heute ."])[0]
+    assert (
+        split
+        == scoring.tokenized_bleu(
+            ["ein gut @ ##AT##-##AT## @ gemachter Plan für heute ."],
+            ["ein gut @ ##AT##-##AT## @ bekannter Plan für heute ."],
+        )[0]
+    )
     assert scores["bleu"] == round((100.0 + split) / 2, 2)
     assert scores["averaged_over"] == ["newstest2010", "newstest2011"]
     assert scores["sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
@@ -59,8 +67,14 @@ def test_opus100_averages_english_to_x_x_to_english_and_all():
 
 
 def fake_checkpoint(path, value, dtype=torch.float32):
-    torch.save({"model": {"w": torch.full((2, 2), value, dtype=dtype), "steps": torch.tensor([int(value)])},
-                "cfg": {"task": {"data": "x"}}, "last_optimizer_state": {"big": torch.zeros(8)}}, path)
+    torch.save(
+        {
+            "model": {"w": torch.full((2, 2), value, dtype=dtype), "steps": torch.tensor([int(value)])},
+            "cfg": {"task": {"data": "x"}},
+            "last_optimizer_state": {"big": torch.zeros(8)},
+        },
+        path,
+    )
 
 
 def test_the_last_n_checkpoints_are_averaged(tmp_path):

@@ -4,12 +4,12 @@ One shared set of runs for the module: the five trainings run side by side, then
 generations and Admin's resumed training (each process single-threaded, so that they share
 the machine's cores instead of fighting over them).
 """
+
 import re
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-
 from conftest import PLUGIN_DIR, run_cli
 from test_cli import train_args
 from test_schemes_equations import BASELINES
@@ -21,9 +21,21 @@ PROFILED = "Admin: profiled omega"
 
 def generate_args(databin, checkpoint):
     return [
-        "fairseq_cli.generate", str(databin), "--user-dir", PLUGIN_DIR, "--path", str(checkpoint),
-        "--beam", "5", "--max-len-b", "20", "--remove-bpe", "--max-tokens", "2000", "--cpu",
-    ]  # fmt: skip
+        "fairseq_cli.generate",
+        str(databin),
+        "--user-dir",
+        PLUGIN_DIR,
+        "--path",
+        str(checkpoint),
+        "--beam",
+        "5",
+        "--max-len-b",
+        "20",
+        "--remove-bpe",
+        "--max-tokens",
+        "2000",
+        "--cpu",
+    ]
 
 
 def in_parallel(jobs):
@@ -37,9 +49,7 @@ def in_parallel(jobs):
 def runs(demo_databin, tmp_path_factory):
     databin = demo_databin.databin
     dirs = {scheme: tmp_path_factory.mktemp(f"ckpt-{scheme}") for scheme in BASELINES}
-    train_logs = in_parallel(
-        {s: (train_args(databin, d, max_update=UPDATES, scheme=s), d) for s, d in dirs.items()}
-    )
+    train_logs = in_parallel({s: (train_args(databin, d, max_update=UPDATES, scheme=s), d) for s, d in dirs.items()})
     # Admin resumed from its checkpoint, in a copy of its save dir
     resumed = tmp_path_factory.mktemp("ckpt-admin-resumed")
     (resumed / "checkpoint_last.pt").write_bytes((dirs["admin"] / "checkpoint_last.pt").read_bytes())
@@ -88,8 +98,11 @@ def test_admin_profiles_on_the_first_training_batch_and_checkpoints_omega(runs):
     omega0 = admin_omega0(state)
     assert len(omega0) == 2 * 2 + 3 * 2  # 2 encoder and 2 decoder layers of the tiny model
     assert omega0["encoder.layers.0.self_attn_omega0"].item() == 1.0
-    assert all(v.item() > 1.0 for k, v in omega0.items() if k != "encoder.layers.0.self_attn_omega0"
-               and k != "decoder.layers.0.self_attn_omega0")  # fmt: skip
+    assert all(
+        v.item() > 1.0
+        for k, v in omega0.items()
+        if k != "encoder.layers.0.self_attn_omega0" and k != "decoder.layers.0.self_attn_omega0"
+    )
     assert any(k.endswith("_omega_delta") for k in state["model"])
 
 

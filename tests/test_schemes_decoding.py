@@ -1,9 +1,9 @@
 """The baselines decode step by step exactly as they score a whole sequence, and beam search runs."""
+
 import pytest
 import torch
-from fairseq.sequence_generator import SequenceGenerator
-
 from conftest import TinyTask, random_batch
+from fairseq.sequence_generator import SequenceGenerator
 from test_schemes_equations import BASELINES, baseline_model, one_torch_thread  # noqa: F401
 
 
@@ -18,8 +18,7 @@ def test_incremental_decoding_equals_full_forward(scheme):
         enc = model.encoder(src, src_lengths=src_lengths)
         state = {}
         steps = [
-            model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0]
-            for t in range(prev.size(1))
+            model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)[0] for t in range(prev.size(1))
         ]
     torch.testing.assert_close(torch.cat(steps, dim=1), full, atol=1e-5, rtol=0)
 

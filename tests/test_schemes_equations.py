@@ -5,14 +5,14 @@ padded batch, for encoder and decoder depths that differ (the depth-derived cons
 DeepNet and T-Fixup use both). Learned mixing quantities (Admin's omega, DLCL's W) are set
 to random values first, so that the comparison covers which value goes where.
 """
+
 import pytest
 import torch
+from conftest import TinyTask, build_model, random_batch
+from reference_baselines import REFERENCES
 
 from fairseq_residual.schemes import b2t as b2t_scheme
 from fairseq_residual.schemes import dlcl as dlcl_scheme
-
-from conftest import TinyTask, build_model, random_batch
-from reference_baselines import REFERENCES
 
 TOL = 1e-5
 BASELINES = ["deepnet", "b2t", "admin", "tfixup", "dlcl"]

@@ -5,15 +5,15 @@ the sampling error is well under 2%) and compared with each paper's formula with
 The formulas are written out here from the papers, with literal depth-derived numbers
 where a wrong power would otherwise go unnoticed.
 """
+
 import math
 
 import pytest
 import torch
-from torch import nn
-
 from conftest import TinyTask, build_model, random_batch
 from reference_baselines import admin_profiled_omegas
 from test_schemes_equations import one_torch_thread  # noqa: F401
+from torch import nn
 
 D, FFN, HEADS = 64, 256, 4
 N, M = 6, 4  # encoder and decoder depths: different, so that each formula's N and M are told apart

@@ -1,13 +1,13 @@
 """The plugin's Post-LN / Pre-LN schemes are fairseq's stock transformer, given the same weights."""
+
 from argparse import Namespace
 
 import pytest
 import torch
+from conftest import TinyTask, build_model, model_args, random_batch
 from fairseq.models.transformer import TransformerModel
 
 from fairseq_residual.model import SCHEME_KEY
-
-from conftest import TinyTask, build_model, model_args, random_batch
 
 
 def stock_transformer(task, normalize_before, layers):

@@ -1,5 +1,6 @@
 """The shared "fails" rule reads fairseq logs and flags NaN, explosion and no progress."""
-from fairseq_residual.training_log import divergence, parse_log
+
+from fairseq_residual_tools.training_log import divergence, parse_log
 
 
 def json_lines(losses, start=10):

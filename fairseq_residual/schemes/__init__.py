@@ -8,6 +8,7 @@ residual sum that depends on the sub-layer) and combine it with fairseq's
 ``TransformerEncoderLayerBase`` and ``TransformerDecoderLayerBase``, with no constructor
 of its own (``b2t.py`` is the shortest example).
 """
+
 from typing import Dict
 
 from ..errors import ConfigError

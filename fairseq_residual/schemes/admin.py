@@ -38,6 +38,7 @@ Other choices, following the authors' code: FFN weights Xavier-uniform with zero
 
 Appears in the ResiDual paper's IWSLT table (E6D6, E12D12) and WMT table (E6D6, E18D18).
 """
+
 import logging
 import math
 from typing import List, Optional

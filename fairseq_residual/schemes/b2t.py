@@ -25,6 +25,7 @@ Choices (authors' code: takase/b2t_connection, ``--residual-bottom-to-top``):
 
 Appears in the ResiDual paper's WMT table (E6D6, E18D18).
 """
+
 from fairseq.modules.transformer_layer import (
     TransformerDecoderLayerBase,
     TransformerEncoderLayerBase,

@@ -15,6 +15,7 @@ A scheme decides four things and nothing else:
 Everything else (embeddings, attention, FFN, incremental decoding, beam search)
 is fairseq's code, shared by all schemes.
 """
+
 from typing import List, Optional
 
 from fairseq.modules.transformer_layer import (
@@ -36,9 +37,7 @@ class ResidualScheme:
     encoder_layer_cls = TransformerEncoderLayerBase
     decoder_layer_cls = TransformerDecoderLayerBase
 
-    def build_stack_output(
-        self, fairseq_default: Optional[nn.Module], embed_dim: int, cfg
-    ) -> Optional[nn.Module]:
+    def build_stack_output(self, fairseq_default: Optional[nn.Module], embed_dim: int, cfg) -> Optional[nn.Module]:
         """Module applied once after the last layer of a stack.
 
         ``fairseq_default`` is what fairseq built for the scheme's

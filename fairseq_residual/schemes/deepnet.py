@@ -34,6 +34,7 @@ Choices where the paper is silent or its code differs (authors' code: microsoft/
 Appears in the ResiDual paper's IWSLT table (E6D6, E12D12), WMT table (E6D6, E18D18)
 and OPUS-100 table (100 layers).
 """
+
 from typing import NamedTuple, Tuple
 
 from fairseq.modules.transformer_layer import (
@@ -50,9 +51,7 @@ class DeepNormConstants(NamedTuple):
     beta: float  #: init gain of the FFN, value and output projections
 
 
-def deepnorm_constants(
-    encoder_layers: int, decoder_layers: int
-) -> Tuple[DeepNormConstants, DeepNormConstants]:
+def deepnorm_constants(encoder_layers: int, decoder_layers: int) -> Tuple[DeepNormConstants, DeepNormConstants]:
     """(encoder, decoder) constants of an encoder-decoder DeepNet (paper, Figure 2)."""
     n, m = encoder_layers, decoder_layers
     encoder = DeepNormConstants(alpha=0.81 * (n**4 * m) ** (1 / 16), beta=0.87 * (n**4 * m) ** (-1 / 16))

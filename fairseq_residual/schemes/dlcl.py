@@ -31,6 +31,7 @@ normalisation of W, the embedding not layer-normalised, no dropout on the combin
 
 Appears in the ResiDual paper's WMT table (E6D6, E18D18).
 """
+
 import torch
 from fairseq.modules import LayerNorm
 from fairseq.modules.transformer_layer import (

@@ -1,9 +1,10 @@
 """Post-LN (Vaswani et al. 2017), fairseq's default wiring.
 
-    x^a_k      = x^ln_k + f_k(x^ln_k)
-    x^ln_{k+1} = LN(x^a_k)
-    y          = x^ln_{N+1}            (no final LayerNorm)
+x^a_k      = x^ln_k + f_k(x^ln_k)
+x^ln_{k+1} = LN(x^a_k)
+y          = x^ln_{N+1}            (no final LayerNorm)
 """
+
 from .base import ResidualScheme
 
 

@@ -25,6 +25,7 @@ axes stay where fairseq expects them, so masks, incremental state and beam
 reordering are untouched). A tensor of width ``embed_dim`` is the plain
 embedding that enters the first layer.
 """
+
 from typing import Tuple
 
 import torch

@@ -30,6 +30,7 @@ Choices, following the authors' code (layer6ai-labs/T-Fixup, ``--Tfixup --dont-u
 
 Appears in the ResiDual paper's IWSLT table (E6D6, E12D12) and WMT table (E6D6, E18D18).
 """
+
 from typing import Tuple
 
 import torch
@@ -104,4 +105,3 @@ class TFixup(ResidualScheme):
             source.weight.mul_(embedding_scale(cfg.encoder.layers))
             if target is not source:
                 target.weight.mul_(embedding_scale(cfg.decoder.layers))
-

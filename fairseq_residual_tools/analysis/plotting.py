@@ -1,0 +1,185 @@
+"""PNG figures of the probes and the CPU study (matplotlib, Agg backend)."""
+
+import logging
+
+logging.getLogger("matplotlib").setLevel(logging.WARNING)  # before import: it logs while loading
+import matplotlib  # noqa: E402
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+SEED_STYLES = ("-", "--", ":", "-.")
+
+
+def scheme_colors(schemes):
+    """One colour per scheme, by its place in the registry (the same in every figure)."""
+    from fairseq_residual.schemes import SCHEMES
+
+    cycle = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    order = list(SCHEMES) + [s for s in schemes if s not in SCHEMES]
+    return {s: cycle[order.index(s) % len(cycle)] for s in schemes}
+
+
+def plot_training_curves(results, path, curve, ylabel):
+    """CPU study: one panel per (depth, warmup), one line per scheme and seed."""
+    depths = sorted({r["layers"] for r in results})
+    schemes = list(dict.fromkeys(r["scheme"] for r in results))
+    seeds = sorted({r["seed"] for r in results})
+    colors = scheme_colors(schemes)
+    fig, axes = plt.subplots(len(depths), 2, figsize=(10, 3.6 * len(depths)), squeeze=False, sharey=True)
+    for row, depth in enumerate(depths):
+        for col, warmup in enumerate((True, False)):
+            ax = axes[row][col]
+            for r in results:
+                if (r["layers"], r["warmup"]) != (depth, warmup) or not r[curve]:
+                    continue
+                steps, losses = zip(*r[curve])
+                label = f"{r['scheme']} seed {r['seed']}" + (" (fails)" if r["fails"] else "")
+                ax.plot(
+                    steps,
+                    losses,
+                    SEED_STYLES[seeds.index(r["seed"]) % len(SEED_STYLES)],
+                    color=colors[r["scheme"]],
+                    label=label,
+                    marker="." if curve == "valid_curve" else None,
+                )
+            ax.set_title(f"E{depth}D{depth}, warmup {'yes' if warmup else 'no'}")
+            ax.set_xlabel("updates")
+            ax.grid(alpha=0.3)
+            if col == 0:
+                ax.set_ylabel(ylabel)
+            ax.legend(fontsize=7)
+    fig.suptitle("CPU-scale study on the synthetic corpus (small-scale analogue)")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+PROFILE_LABELS = {
+    "grad_norm": "||dL/dw_k|| (gradient norm of block k)",
+    "rel_diff": "||x^ln_{k+1} - x^ln_k|| / ||x^ln_k||",
+    "cosine": "cos(x^ln_{k+1}, x^ln_k)",
+}
+
+
+def _references(scheme, metric):
+    """[(label, shape, line style)] drawn as fitted reference lines for this scheme's profile:
+    the paper's prediction, and for Pre-LN also c/sqrt(k) (LN of a sum of k independent terms)."""
+    from . import probes
+
+    if metric == "rel_diff" and scheme in probes.PREDICTED_DIVERSITY:
+        name = probes.PREDICTED_DIVERSITY[scheme]
+        refs = [(name, probes.DIVERSITY_SHAPES[name], "--")]
+        if scheme == "pre":
+            refs.append(("c/sqrt(k)", probes.DIVERSITY_SHAPES["c/sqrt(k)"], ":"))
+        return refs
+    if metric == "grad_norm" and scheme == "post":
+        return [("(1/2)^((N-k)/2)", probes.post_ln_gradient_shape, "--")]
+    return []
+
+
+def _figure_legend(fig, axes):
+    """One legend under all panels (labels deduplicated), then a tight layout above it."""
+    entries = {}
+    for ax in axes.flat:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    ncol = min(len(entries), 6)
+    fig.legend(list(entries.values()), list(entries), loc="lower center", ncol=ncol, fontsize=8)
+    rows = -(-len(entries) // ncol) if entries else 0
+    fig.tight_layout(rect=(0, 0.03 * rows + 0.01, 1, 1))
+
+
+def plot_profiles(summary, metric, path):
+    """One panel per (stack, depth); x = block k, one curve per scheme (mean ± std over seeds),
+    dashed/dotted: predicted shapes fitted to that scheme's curve (see ``_references``)."""
+    from . import probes
+
+    schemes = list(summary)
+    depths = sorted({int(d) for s in summary.values() for d in s})
+    colors = scheme_colors(schemes)
+    fig, axes = plt.subplots(2, len(depths), figsize=(4.2 * len(depths), 7.5), squeeze=False)
+    for row, side in enumerate(probes.STACKS):
+        for col, depth in enumerate(depths):
+            ax = axes[row][col]
+            for scheme in schemes:
+                cell = summary[scheme].get(str(depth))
+                if not cell:
+                    continue
+                mean, std = cell[side][metric]["mean"], cell[side][metric]["std"]
+                ks = list(range(1, len(mean) + 1))
+                ax.plot(ks, mean, color=colors[scheme], label=scheme)
+                ax.fill_between(
+                    ks,
+                    [m - s for m, s in zip(mean, std)],
+                    [m + s for m, s in zip(mean, std)],
+                    color=colors[scheme],
+                    alpha=0.2,
+                )
+                for name, shape, style in _references(scheme, metric) if len(mean) >= 2 else []:
+                    c = probes.fit_shape(mean, shape)["c"]
+                    ax.plot(
+                        ks,
+                        [c * shape(k, len(mean)) for k in ks],
+                        style,
+                        color=colors[scheme],
+                        lw=1,
+                        label=f"{scheme}: fitted {name}",
+                    )
+            if metric != "cosine":
+                ax.set_yscale("log")
+            ax.set_title(f"{side}, N = {depth}")
+            ax.set_xlabel("block k" if metric == "grad_norm" else "block k (pair k, k+1)")
+            ax.grid(alpha=0.3)
+            if col == 0:
+                ax.set_ylabel(PROFILE_LABELS[metric])
+    fig.suptitle(f"{PROFILE_LABELS[metric]} at initialisation (shaded: ± std over seeds)")
+    _figure_legend(fig, axes)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def plot_versus_depth(runs, path):
+    """Model depth N on the x-axis: gradient norm of the bottom block relative to the top one, and
+    the relative difference of the top pair of block inputs; mean ± std over seeds."""
+    from . import probes
+
+    schemes = list(dict.fromkeys(r["scheme"] for r in runs))
+    colors = scheme_colors(schemes)
+    quantities = (
+        ("grad_norm", lambda v: v[0] / v[-1], "gradient norm, block 1 / block N"),
+        ("rel_diff", lambda v: v[-1], "||x^ln_N - x^ln_{N-1}|| / ||x^ln_{N-1}||"),
+    )
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), squeeze=False)
+    for row, (metric, value, label) in enumerate(quantities):
+        for col, side in enumerate(probes.STACKS):
+            ax = axes[row][col]
+            for scheme in schemes:
+                depths = sorted({r["layers"] for r in runs if r["scheme"] == scheme})
+                stats = []
+                for depth in depths:
+                    vals = [
+                        value(r[side][metric])
+                        for r in runs
+                        if (r["scheme"], r["layers"]) == (scheme, depth) and r[side][metric]
+                    ]
+                    mean, std = probes.mean_std([[v] for v in vals])
+                    stats.append((depth, mean[0], std[0]))
+                if stats:
+                    xs, ms, ss = zip(*stats)
+                    ax.errorbar(xs, ms, yerr=ss, marker="o", capsize=3, color=colors[scheme], label=scheme)
+            ax.set_yscale("log")
+            ax.set_xlabel("layers per stack N")
+            ax.set_ylabel(label)
+            ax.set_title(side)
+            ax.grid(alpha=0.3)
+    fig.suptitle("Probes at initialisation versus depth (mean ± std over seeds)")
+    _figure_legend(fig, axes)
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def plot_probes(summary, runs, out):
+    for metric in PROFILE_LABELS:
+        plot_profiles(summary, metric, out / f"{metric}.png")
+    plot_versus_depth(runs, out / "versus_depth.png")

@@ -1,0 +1,420 @@
+"""CPU-scale depth x warmup study: a small analogue of the paper's warmup-ablation table.
+
+For every scheme, depth (E{L}D{L}), warmup setting and seed, ``fairseq-train``
+trains a small model on the embedded synthetic corpus (the demo's data pipeline
+and training command), ``fairseq-generate`` translates the test set and sacrebleu
+scores the detokenised output. Each run records its final validation loss, test
+BLEU and the verdict of ``training_log.divergence`` -- the project's one rule for
+"fails". ``results/cpu-study/`` gets the table in the paper's shape, training
+curves and every number.
+
+"Warmup off" keeps the peak learning rate and the schedule's shape: with warmup,
+inverse_sqrt rises linearly from 1e-7 to the peak over ``--warmup`` updates and
+then decays as peak * sqrt(warmup / update); without warmup the same scheduler
+starts *at* the peak (``--warmup-init-lr`` = peak), stays there for those
+updates and then decays identically. The two runs differ only in the first
+``--warmup`` updates.
+
+Resumable: a finished run leaves ``result.json`` in its folder and is skipped;
+an interrupted one resumes from its ``checkpoint_last.pt`` (fairseq's own restore).
+"""
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+from ..demo.prepare import TGT, prepare_demo_data
+from ..demo.report import collect_versions
+from ..demo.run import generate_command, hypotheses, train_command
+from ..training_log import EXPLODE_FACTOR, NO_PROGRESS_FRACTION, TrainLog, divergence, parse_log
+from .report import git_state
+
+ROOT = Path(__file__).resolve().parents[2]
+STUDIED_SCHEMES = ("post", "pre", "residual")
+#: the paper's validation decoding limits (max length 1.2 * source + 10); they
+#: also keep a diverged model from spending minutes on 200-token outputs
+GENERATE_LIMITS = ["--max-len-a", "1.2", "--max-len-b", "10"]
+
+
+class RunError(RuntimeError):
+    """fairseq-train stopped without a verdict (e.g. a broken import): retried on the next call."""
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    scheme: str
+    layers: int  # encoder and decoder layers (E{layers}D{layers})
+    warmup: bool
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.scheme}-e{self.layers}d{self.layers}-{'warmup' if self.warmup else 'nowarmup'}-seed{self.seed}"
+
+
+def grid(schemes: Sequence[str], depths: Sequence[int], seeds: Sequence[int]) -> List[RunSpec]:
+    """Every run of the study, shallow models first (so partial results cover whole cells)."""
+    return [
+        RunSpec(scheme, layers, warmup, seed)
+        for layers in depths
+        for warmup in (True, False)
+        for scheme in schemes
+        for seed in seeds
+    ]
+
+
+def training_command(databin, save_dir, spec: RunSpec, settings) -> List[str]:
+    """The demo's fairseq-train command for this run; later flags override earlier ones."""
+    args = argparse.Namespace(**{**vars(settings), "layers": spec.layers, "seed": spec.seed})
+    cmd = train_command(databin, save_dir, spec.scheme, args)
+    cmd += ["--log-interval", str(settings.log_interval)]
+    if not spec.warmup:
+        cmd += ["--warmup-init-lr", str(settings.lr)]
+    return cmd
+
+
+def run_to_file(cmd: List[str], out_file: Path, label: str) -> int:
+    """Run a CLI with its output appended to ``out_file``; print validation lines as progress."""
+    # one intra-op thread: on a shared 2-core machine torch's default of one thread per core
+    # spin-waits against other jobs (an E12D12 update measured 13x slower with 2 threads)
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    env.setdefault("OMP_NUM_THREADS", "1")
+    with open(out_file, "a", encoding="utf-8") as out:
+        out.write(f"$ {' '.join(cmd[2:])}\n")
+        out.flush()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        for line in proc.stdout:
+            out.write(line)
+            if '"valid_loss"' in line:
+                record = json.loads(line[line.find("{") :])
+                print(
+                    f"    [{label}] update {record.get('valid_num_updates')}: valid loss {record['valid_loss']}",
+                    flush=True,
+                )
+        return proc.wait()
+
+
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \|")
+
+
+def training_seconds(out_file: Path) -> float:
+    """Wall time fairseq-train ran, summed over attempts (an interrupted run resumes in a new
+    attempt, which ``run_to_file`` starts with a ``$ command`` line), from fairseq's timestamps."""
+    total, first, last = 0.0, None, None
+    for line in Path(out_file).read_text(encoding="utf-8", errors="replace").splitlines() + ["$"]:
+        if line.startswith("$"):
+            if first is not None:
+                total += (last - first).total_seconds()
+            first = last = None
+            continue
+        match = _STAMP.match(line)
+        if match:
+            stamp = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S")
+            first, last = first or stamp, stamp
+    return round(total, 1)
+
+
+def log_span(out_file: Path):
+    """(first, last) fairseq timestamp of a run's log, over all its attempts."""
+    stamps = [_STAMP.match(line) for line in Path(out_file).read_text(encoding="utf-8", errors="replace").splitlines()]
+    stamps = [datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S") for m in stamps if m]
+    return (stamps[0], stamps[-1]) if stamps else (None, None)
+
+
+def last_per_update(points):
+    """A resumed run logs again from its restored update: keep the last value per update."""
+    return sorted(dict(points).items())
+
+
+def read_training(out_file: Path) -> TrainLog:
+    log = parse_log(Path(out_file).read_text(encoding="utf-8", errors="replace"))
+    return TrainLog(last_per_update(log.train), last_per_update(log.valid), log.nan_error)
+
+
+def score_test_set(databin, save_dir: Path, refs: List[str]):
+    """(BLEU, sacrebleu signature) of the final checkpoint on the test set; None if decoding failed."""
+    from sacrebleu.metrics import BLEU
+
+    cmd = generate_command(databin, save_dir) + GENERATE_LIMITS
+    if run_to_file(cmd, save_dir / "generate.out", "generate") != 0:
+        return None, None, cmd
+    metric = BLEU()
+    score = metric.corpus_score(hypotheses(save_dir / "generate-test"), [refs])
+    return round(score.score, 2), str(metric.get_signature()), cmd
+
+
+def run_one(spec: RunSpec, data, refs, settings, runs_dir: Path) -> Dict:
+    """Train (unless ``result.json`` says it was), then judge and score the run.
+
+    The verdict, curves and time are always re-read from the run's log, so the table follows
+    the current shared ``divergence`` rule; a run that trained is decoded once.
+    """
+    save_dir = runs_dir / spec.name
+    result_file = save_dir / "result.json"
+    if result_file.exists():
+        result = json.loads(result_file.read_text())
+    else:
+        save_dir.mkdir(parents=True, exist_ok=True)
+        cmd = training_command(data.databin, save_dir, spec, settings)
+        exit_code = run_to_file(cmd, save_dir / "train.out", spec.name)
+        if exit_code != 0 and not read_training(save_dir / "train.out").nan_error:
+            # only a NaN stop is a training outcome; anything else is not a verdict on the scheme
+            raise RunError(f"{spec.name}: fairseq-train exited with code {exit_code}; see {save_dir / 'train.out'}")
+        result = dict(
+            **asdict(spec),
+            name=spec.name,
+            train_command=" ".join(cmd[2:]),
+            git=git_state(),
+            bleu=None,
+            bleu_signature=None,
+            generate_command=None,
+            generate_seconds=0.0,
+        )
+    log = read_training(save_dir / "train.out")
+    result.update(
+        fails=divergence(log),
+        final_valid_loss=log.valid[-1][1] if log.valid else None,
+        final_train_loss=log.train[-1][1] if log.train else None,
+        train_curve=log.train,
+        valid_curve=log.valid,
+        # train.out records every attempt, also those of a run resumed after an interruption
+        train_seconds=training_seconds(save_dir / "train.out"),
+    )
+    if result["fails"] is None and result["bleu"] is None:
+        t0 = time.time()
+        bleu, signature, generate_cmd = score_test_set(data.databin, save_dir, refs)
+        result.update(
+            bleu=bleu,
+            bleu_signature=signature,
+            generate_command=" ".join(generate_cmd[2:]),
+            generate_seconds=round(time.time() - t0, 1),
+        )
+    result_file.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def spread(values: List[float]):
+    """(mean, half the range): with two seeds, half the range is the distance to either seed."""
+    return statistics.mean(values), (max(values) - min(values)) / 2
+
+
+def format_cell(runs: List[Dict], key: str, digits: int) -> str:
+    """``mean ± half-range`` over the seeds that trained; ``fails`` when every seed failed."""
+    if not runs:
+        return "not run"
+    ok = [r[key] for r in runs if not r["fails"] and r[key] is not None]
+    failed = sum(1 for r in runs if r["fails"])
+    if not ok:
+        return f"fails ({failed}/{len(runs)})"
+    mean, half = spread(ok)
+    cell = f"{mean:.{digits}f} ± {half:.{digits}f}"
+    return cell + (f" ({failed}/{len(runs)} fail)" if failed else "")
+
+
+def ablation_table(results: List[Dict], key: str, digits: int) -> str:
+    """The paper's warmup-ablation layout: rows scheme x warmup, one column per depth."""
+    depths = sorted({r["layers"] for r in results})
+    schemes = [s for s in dict.fromkeys(r["scheme"] for r in results)]
+    lines = [
+        "| method | warmup | " + " | ".join(f"E{d}D{d}" for d in depths) + " |",
+        "|---|---|" + "---|" * len(depths),
+    ]
+    for scheme in schemes:
+        for warmup in (True, False):
+            cells = [
+                format_cell(
+                    [r for r in results if (r["scheme"], r["warmup"], r["layers"]) == (scheme, warmup, d)], key, digits
+                )
+                for d in depths
+            ]
+            lines.append(f"| {scheme} | {'yes' if warmup else 'no'} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def failure_list(results: List[Dict]) -> str:
+    failed = [r for r in results if r["fails"]]
+    if not failed:
+        return "No run met the divergence rule."
+    return "\n".join(f"- `{r['name']}`: {r['fails']}" for r in failed)
+
+
+def write_report(results: List[Dict], meta: Dict, out: Path):
+    from .plotting import plot_training_curves
+
+    out.mkdir(parents=True, exist_ok=True)
+    plot_training_curves(
+        results, out / "train_loss.png", curve="train_curve", ylabel="training loss (label-smoothed CE, base 2)"
+    )
+    plot_training_curves(
+        results, out / "valid_loss.png", curve="valid_curve", ylabel="validation loss (label-smoothed CE, base 2)"
+    )
+    (out / "results.json").write_text(json.dumps({**meta, "runs": results}, indent=1) + "\n")
+    # the reading of the numbers is written by a person, kept in summary.md and inlined here
+    summary_file = out / "summary.md"
+    summary = summary_file.read_text().strip() if summary_file.exists() else ""
+    s = meta["settings"]
+    depths = " and ".join(f"E{d}D{d}" for d in s["depths"])
+    run_minutes = sum(r["train_seconds"] + r["generate_seconds"] for r in results) / 60
+    signature = next((r["bleu_signature"] for r in results if r["bleu_signature"]), "n/a")
+    body = f"""# CPU-scale depth x warmup study (small-scale analogue, not the paper's experiment)
+
+Small models trained for {s["max_update"]} updates on the embedded **synthetic** corpus on a shared
+2-core CPU. The study has the shape of the paper's IWSLT warmup ablation ({", ".join(s["schemes"])};
+with and without learning-rate warmup; {depths}) but not its scale: width {s["dim"]} instead of 256,
+{s["max_update"]} updates instead of training to convergence, {s["train_pairs"]} synthetic sentence
+pairs instead of IWSLT-14. Its numbers say nothing about the paper's BLEU scores.
+
+{summary}
+
+## Final validation loss (label-smoothed CE, base 2; mean ± half-range over seeds)
+
+{ablation_table(results, "final_valid_loss", 3)}
+
+## Test BLEU (sacrebleu, detokenised beam-5 output; mean ± half-range over seeds)
+
+{ablation_table(results, "bleu", 2)}
+
+"fails" is `fairseq_residual_tools.training_log.divergence`, the rule the reproduction tables use
+(NaN/inf loss, a training loss above {EXPLODE_FACTOR:g}x the best before it, or a last loss
+not below {NO_PROGRESS_FRACTION:g}x the first). A failed run is not decoded; a cell averages
+the seeds that trained and says how many failed.
+
+{failure_list(results)}
+
+Curves: [train_loss.png](train_loss.png), [valid_loss.png](valid_loss.png). Every run's
+numbers, curves and exact fairseq commands: [results.json](results.json).
+
+## Setting
+
+- Models: {depths}, width {s["dim"]}, FFN {4 * s["dim"]}, 4 heads, dropout 0.1, shared
+  embeddings, fp32, no gradient clipping (as in the paper's IWSLT setting).
+- Optimiser: Adam (0.9, 0.98), peak lr {s["lr"]:g}, inverse_sqrt. Warmup "yes": linear from
+  1e-7 over {s["warmup"]} updates; warmup "no": the same scheduler starting at the peak lr
+  (constant for {s["warmup"]} updates, then the same decay). {s["max_update"]} updates of at
+  most {s["max_tokens"]} tokens; label-smoothed CE 0.1; seeds {", ".join(map(str, s["seeds"]))}.
+- Data: the embedded synthetic corpus (seed 1), {s["train_pairs"]} training / {s["valid_pairs"]}
+  valid / {s["test_pairs"]} test pairs, Moses tokens, joint BPE ({s["bpe_merges"]} merges).
+  BLEU: `fairseq-generate` beam 5, max length 1.2 x source + 10, BPE removed,
+  Moses-detokenised, sacrebleu against the raw references ({signature}).
+- Machine: {meta["machine"]}, shared with other jobs (runs under `nice -n 5`, {s.get("jobs", 1)}
+  at a time, one torch thread each). Versions: {", ".join(f"{k} {v}" for k, v in meta["versions"].items())}.
+  Code: the runs were trained at git commit(s) {", ".join(sorted({r.get("git") or "not recorded" for r in results}))}
+  (per run in results.json); this report was written at {meta.get("git", "unknown")}.
+- Time: {meta["study_minutes"]:.0f} min wall from the first run's first logged step to the last
+  run's last (training only; decoding adds a little), {run_minutes:.0f} min of training and decoding
+  summed over the {len(results)} runs. Report written {meta["date"]}.
+
+Regenerate (resumable; finished runs in `--work` are skipped):
+
+    {meta["command"]}
+"""
+    (out / "README.md").write_text(body)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--work", default=str(ROOT / "work" / "cpu-study"), help="data and checkpoints")
+    p.add_argument("--out", default=str(ROOT / "results" / "cpu-study"), help="report folder")
+    p.add_argument("--schemes", nargs="+", default=list(STUDIED_SCHEMES))
+    p.add_argument("--depths", type=int, nargs="+", default=[6, 12])
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--jobs", type=int, default=3, help="runs trained at the same time (one thread each)")
+    p.add_argument("--dim", type=int, default=64, help="model width (FFN is 4x)")
+    p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (see README)")
+    p.add_argument("--warmup", type=int, default=40, help="warmup updates of the warmup runs")
+    p.add_argument("--max-update", type=int, default=150)
+    p.add_argument("--validate-every", type=int, default=50)
+    p.add_argument("--log-interval", type=int, default=10)
+    p.add_argument("--max-tokens", type=int, default=1024)
+    p.add_argument("--train-pairs", type=int, default=6000)
+    p.add_argument("--valid-pairs", type=int, default=200)
+    p.add_argument("--test-pairs", type=int, default=200)
+    p.add_argument("--bpe-merges", type=int, default=3000)
+    return p.parse_args(argv)
+
+
+def run_all(specs: List[RunSpec], data, refs, args, started: float) -> List[Dict]:
+    """Run the grid with ``args.jobs`` concurrent fairseq processes, printing progress."""
+    runs_dir = Path(args.work) / "runs"
+    done = [0]
+
+    def one(spec):
+        finished = (runs_dir / spec.name / "result.json").exists()
+        if not finished:
+            print(f"[start] {spec.name} | {(time.time() - started) / 60:.1f} min elapsed", flush=True)
+        try:
+            result = run_one(spec, data, refs, args, runs_dir)
+        except RunError as err:
+            print(f"[error] {err}", flush=True)
+            return None
+        done[0] += 1
+        print(
+            f"[{done[0]}/{len(specs)}] {spec.name}{' (done earlier, skipped)' if finished else ''}: "
+            f"fails={result['fails']}, valid loss {result['final_valid_loss']}, BLEU {result['bleu']}, "
+            f"{result['train_seconds']:.0f} s training | {(time.time() - started) / 60:.1f} min elapsed",
+            flush=True,
+        )
+        return result
+
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        results = list(pool.map(one, specs))
+    missing = [spec.name for spec, result in zip(specs, results) if result is None]
+    if missing:
+        print(
+            f"{len(missing)} run(s) stopped without a verdict and are left out (run again to retry): "
+            + ", ".join(missing),
+            flush=True,
+        )
+    return [r for r in results if r is not None]
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    started = time.time()
+    work, out = Path(args.work), Path(args.out)
+    data = prepare_demo_data(
+        work / "data",
+        seed=1,
+        train=args.train_pairs,
+        valid=args.valid_pairs,
+        test=args.test_pairs,
+        bpe_merges=args.bpe_merges,
+    )
+    refs = [line.rstrip("\n") for line in open(f"{data.raw_prefixes['test']}.{TGT}", encoding="utf-8")]
+    results = run_all(grid(args.schemes, args.depths, args.seeds), data, refs, args, started)
+    settings = {k: v for k, v in vars(args).items() if k not in ("work", "out")}
+    spans = [log_span(work / "runs" / r["name"] / "train.out") for r in results]
+    first = min((a for a, _ in spans if a), default=None)
+    last = max((b for _, b in spans if b), default=None)
+    meta = dict(
+        command=" ".join(
+            ["nice -n 5 .venv/bin/python scripts/cpu_study.py"] + (argv if argv is not None else sys.argv[1:])
+        ),
+        settings=settings,
+        versions=collect_versions(),
+        machine=f"{platform.platform()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
+        git=git_state(),
+        wall_seconds=round(time.time() - started, 1),
+        study_minutes=(last - first).total_seconds() / 60 if first else 0.0,
+        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+    )
+    write_report(results, meta, out)
+    print(ablation_table(results, "bleu", 2))
+    return results
+
+
+if __name__ == "__main__":
+    from ..errors import exit_on_user_error
+
+    sys.exit(exit_on_user_error(main))

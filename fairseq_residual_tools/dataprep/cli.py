@@ -1,0 +1,121 @@
+"""What the four ``prepare-*`` entry points share: options, archive handling, error reporting."""
+
+import argparse
+import logging
+import os
+import shutil
+import sys
+import tarfile
+import zlib
+from pathlib import Path
+from typing import Callable, List, Optional
+
+from ..errors import DataError, UserError
+from .download import Checksums, fetch
+
+
+def add_common_options(parser: argparse.ArgumentParser, default_out: str, required=False):
+    parser.add_argument(
+        "--out",
+        required=required,
+        help="output folder: bin/ (the fairseq data-bin), text/ (subword text and BPE "
+        "codes / SentencePiece model, for BLEU), tmp/ (intermediate text), downloads/"
+        + ("" if required else f"; default {default_out}"),
+    )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=min(8, os.cpu_count() or 1),
+        help="processes for tokenisation, subwords and fairseq-preprocess",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="redo every stage (verified archives are kept; delete them to download again)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress display")
+
+
+def add_download_options(parser: argparse.ArgumentParser, base_url_env: str):
+    parser.add_argument(
+        "--download-dir",
+        help="where archives are kept (default OUT/downloads); "
+        "archives placed there by hand are verified like downloads",
+    )
+    parser.add_argument(
+        "--base-url",
+        default=os.environ.get(base_url_env),
+        help=f"mirror replacing the folder part of every archive URL (https://, file:// "
+        f"or a local folder); default ${base_url_env}",
+    )
+    parser.add_argument(
+        "--checksums", help="checksums file (default $FAIRSEQ_RESIDUAL_CHECKSUMS or the package's checksums.json)"
+    )
+    parser.add_argument(
+        "--record-checksum", action="store_true", help="pin the sha256 of an archive that has no recorded checksum yet"
+    )
+
+
+def setup_logging(quiet: bool):
+    logging.basicConfig(
+        level=logging.WARNING if quiet else logging.INFO,
+        format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
+        stream=sys.stdout,
+        force=True,
+    )
+
+
+def run_main(prepare: Callable, parser: argparse.ArgumentParser, argv: Optional[List[str]]) -> int:
+    """Parse, prepare, and report a user error as one line ``error: ...`` with exit status 1."""
+    args = parser.parse_args(argv)
+    setup_logging(args.quiet)
+    try:
+        prepare(args)
+    except UserError as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 1
+    return 0
+
+
+class ArchiveSource:
+    """Fetch-and-extract of a recipe's archives with the command line's download options."""
+
+    def __init__(self, args, out: Path):
+        self.download_dir = Path(args.download_dir or out / "downloads")
+        self.base_url = args.base_url
+        self.checksums = Checksums(args.checksums)
+        self.record = args.record_checksum
+        self.quiet = args.quiet
+
+    def fetch(self, name: str) -> Path:
+        return fetch(
+            self.checksums.archive(name), self.download_dir, self.checksums, self.base_url, self.record, self.quiet
+        )
+
+    def extract(self, name: str, members: List[str], dest: Path):
+        """Fetch ``name`` and extract ``members`` (paths inside it) into the folder ``dest``."""
+        path = self.fetch(name)
+        dest = Path(dest)
+        tmp = Path(f"{dest}.tmp{os.getpid()}")
+        if tmp.exists():
+            shutil.rmtree(tmp)
+        try:
+            with tarfile.open(path) as tar:
+                names = set(tar.getnames())
+                missing = [m for m in members if m not in names]
+                if missing:
+                    raise DataError(
+                        f"archive {path} lacks {', '.join(missing)}: not the expected release "
+                        f"(it holds {len(names)} entries)"
+                    )
+                tar.extractall(tmp, members=[tar.getmember(m) for m in members], filter="data")
+            if dest.exists():
+                shutil.rmtree(dest)
+            os.replace(tmp, dest)
+        except DataError:
+            raise
+        except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
+            raise DataError(f"cannot read archive {path}: {e}") from None
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp)

@@ -1,0 +1,212 @@
+"""Resumable, checksum-verified downloads of the corpora's release archives.
+
+Every known archive has an entry in ``checksums.json`` (file name, default URL,
+size, and the sha256 where a reliable public record of it exists; see the
+``source`` field of each entry). A download
+
+* goes to ``<name>.part`` and resumes from its current length on the next try
+  (HTTP ``Range`` requests; ``file://`` URLs and plain paths are read from the
+  same offset), so an interrupted download never looks complete;
+* is checked against the recorded size, then the sha256 (or, where only an md5
+  is on record, the md5); a truncated or mismatching file is renamed to
+  ``<name>.corrupt`` and is never extracted;
+* is renamed to ``<name>`` only once verified.
+
+An archive with no recorded checksum is refused until its first user pins one
+with ``--record-checksum``, which writes the sha256 of the downloaded file into
+the checksums file (commit it so the next user is checked against it).
+
+Mirrors: ``--base-url`` or the recipe's ``*_BASE_URL`` environment variable
+replaces the directory part of every URL of that recipe (``https://...``,
+``file:///...`` or a local folder); ``FAIRSEQ_RESIDUAL_CHECKSUMS`` or
+``--checksums`` points to another checksums file.
+"""
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+from urllib.parse import unquote, urlparse
+
+from ..errors import DataError
+from .progress import Progress
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_CHECKSUMS = Path(__file__).with_name("checksums.json")
+CHUNK = 1 << 20
+
+
+@dataclass
+class Archive:
+    name: str
+    url: str
+    size: Optional[int] = None
+    sha256: Optional[str] = None
+    md5: Optional[str] = None
+
+
+class Checksums:
+    """The archives' records, read from (and, with ``record``, written to) one JSON file."""
+
+    def __init__(self, path=None):
+        self.path = Path(path or os.environ.get("FAIRSEQ_RESIDUAL_CHECKSUMS") or DEFAULT_CHECKSUMS)
+        if not self.path.is_file():
+            raise DataError(f"checksums file {self.path} does not exist")
+        try:
+            self.data = json.loads(self.path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise DataError(f"checksums file {self.path} is not valid JSON: {e}") from None
+
+    def archive(self, name: str) -> Archive:
+        entry = self.data.get("archives", {}).get(name)
+        if entry is None:
+            raise DataError(f"no entry for archive {name} in {self.path}")
+        return Archive(
+            name=name,
+            url=entry["url"],
+            size=entry.get("size"),
+            sha256=entry.get("sha256"),
+            md5=entry.get("md5"),
+        )
+
+    def record(self, name: str, sha256: str, size: int):
+        entry = self.data.setdefault("archives", {}).setdefault(name, {})
+        entry["sha256"] = sha256
+        entry["size"] = size
+        entry["source"] = "pinned with --record-checksum by the first download"
+        tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        os.replace(tmp, self.path)
+
+
+def archive_url(archive: Archive, base_url: Optional[str]) -> str:
+    """The archive's URL, or ``<base_url>/<name>`` when a mirror is given."""
+    if not base_url:
+        return archive.url
+    return base_url.rstrip("/") + "/" + archive.name
+
+
+def _local_path(url: str) -> Optional[Path]:
+    parsed = urlparse(url)
+    if parsed.scheme == "file":
+        return Path(unquote(parsed.path))
+    if parsed.scheme == "":
+        return Path(url)
+    return None
+
+
+def file_digest(path: Path, algorithm: str, progress: Optional[Progress] = None) -> str:
+    h = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(CHUNK), b""):
+            h.update(block)
+            if progress:
+                progress.update(len(block))
+    return h.hexdigest()
+
+
+def _copy_from(src, dst, progress: Progress):
+    with open(dst, "ab") as out:
+        for block in iter(lambda: src.read(CHUNK), b""):
+            out.write(block)
+            progress.update(len(block))
+
+
+def _transfer(url: str, part: Path, total: Optional[int], quiet: bool):
+    """Append the rest of ``url`` to ``part`` (which may hold a prefix already)."""
+    offset = part.stat().st_size if part.exists() else 0
+    progress = Progress(f"download {part.name[:-5]}", total=total, unit="B", quiet=quiet, start=offset)
+    local = _local_path(url)
+    try:
+        if local is not None:
+            if not local.is_file():
+                raise DataError(f"missing file {local} (from URL {url})")
+            with open(local, "rb") as src:
+                src.seek(offset)
+                _copy_from(src, part, progress)
+            return
+        request = urllib.request.Request(url, headers={"User-Agent": "fairseq_residual-dataprep"})
+        if offset:
+            request.add_header("Range", f"bytes={offset}-")
+        try:
+            response = urllib.request.urlopen(request, timeout=60)
+        except urllib.error.HTTPError as e:
+            if e.code == 416 and offset:  # nothing left to fetch: the part file is complete
+                return
+            raise DataError(f"download of {url} failed: HTTP {e.code} {e.reason}") from None
+        except (urllib.error.URLError, OSError) as e:
+            raise DataError(
+                f"download of {url} failed: {getattr(e, 'reason', e)}; "
+                "re-run to resume, or point --base-url to a mirror"
+            ) from None
+        with response:
+            if offset and response.status != 206:  # server ignored the range: start again
+                logger.info("%s: server does not resume, restarting the download", url)
+                part.unlink()
+                progress = Progress(progress.desc, total=total, unit="B", quiet=quiet)
+            _copy_from(response, part, progress)
+    finally:
+        progress.close()
+
+
+def fetch(
+    archive: Archive,
+    dest_dir: Path,
+    checksums: Checksums,
+    base_url: Optional[str] = None,
+    record_checksum: bool = False,
+    quiet: bool = False,
+) -> Path:
+    """Download (or resume) ``archive`` into ``dest_dir`` and return the verified file."""
+    dest_dir = Path(dest_dir)
+    dest_dir.mkdir(parents=True, exist_ok=True)
+    final = dest_dir / archive.name
+    if final.exists():
+        candidate = final
+    else:
+        candidate = dest_dir / (archive.name + ".part")
+        url = archive_url(archive, base_url)
+        logger.info("downloading %s from %s", archive.name, url)
+        _transfer(url, candidate, archive.size, quiet)
+    verify(archive, candidate, checksums, record_checksum, quiet)
+    if candidate != final:
+        os.replace(candidate, final)
+    return final
+
+
+def _reject(path: Path, problem: str):
+    bad = path.with_name(path.name.replace(".part", "") + ".corrupt")
+    shutil.move(str(path), str(bad))
+    raise DataError(f"{problem}; moved it to {bad} (delete it and re-run to download again)")
+
+
+def verify(archive: Archive, path: Path, checksums: Checksums, record_checksum=False, quiet=False):
+    size = path.stat().st_size
+    if archive.size is not None and size != archive.size:
+        what = "truncated" if size < archive.size else "too large"
+        _reject(path, f"archive {path} is {what}: {size} bytes, expected {archive.size}")
+    if archive.sha256:
+        algorithm, expected = "sha256", archive.sha256
+    elif archive.md5:
+        algorithm, expected = "md5", archive.md5
+    else:
+        algorithm, expected = "sha256", None
+    digest = file_digest(path, algorithm, Progress(f"{algorithm} {archive.name}", total=size, unit="B", quiet=quiet))
+    if expected is None:
+        if not record_checksum:
+            raise DataError(
+                f"no checksum is recorded for {archive.name} in {checksums.path}; the downloaded "
+                f"file {path} has sha256 {digest}: check it against a trusted source, then re-run "
+                "with --record-checksum to pin it"
+            )
+        checksums.record(archive.name, digest, size)
+        logger.info("recorded sha256 %s for %s in %s", digest, archive.name, checksums.path)
+    elif digest != expected:
+        _reject(path, f"archive {path} has {algorithm} {digest}, expected {expected} (corrupt download or wrong file)")

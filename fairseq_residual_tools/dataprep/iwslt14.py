@@ -1,0 +1,201 @@
+"""IWSLT-14 German-English, as fairseq's ``examples/translation/prepare-iwslt14.sh``.
+
+1. ``de-en.tgz`` (the TED release): ``de-en/train.tags.de-en.{de,en}`` and the
+   XML dev/test sets ``IWSLT14.TED{,X}.*.de-en.{de,en}.xml``.
+2. Training text: drop the ``<url>``, ``<talkid>``, ``<keywords>`` lines, strip
+   the ``<title>``/``<description>`` tags (their text stays), Moses-tokenise.
+3. ``clean-corpus-n`` on the tokenised training pairs: 1-175 tokens, ratio 1.5;
+   then lowercase.
+4. valid = every 23rd line of the cleaned training text, train = the rest.
+5. test = the ``<seg>`` contents of TED.dev2010 + TEDX.dev2012 + TED.tst2010 +
+   TED.tst2011 + TED.tst2012 (``’`` -> ``'``, tokenised, lowercased).
+6. Joint BPE, 10,000 merges learned on train (both sides), applied everywhere.
+7. ``fairseq-preprocess --joined-dictionary`` (the paper shares all embeddings).
+
+The real release gives 160,239 / 7,283 / 6,750 pairs (train / valid / test).
+One data-bin serves both directions: fairseq's translation task reads the
+``de-en`` files for ``--source-lang en --target-lang de`` as well.
+"""
+
+import argparse
+import json
+from pathlib import Path
+
+from ..errors import DataError
+from . import pipeline
+from .cli import ArchiveSource, add_common_options, add_download_options, run_main
+from .formats import iwslt_train_lines, seg_lines, write_lines
+from .moses import TextSteps, clean_corpus, process_file, process_lines
+
+ARCHIVE = "de-en.tgz"
+LANGS = ("de", "en")
+PAIR = "de-en"
+TEST_SETS = (
+    "IWSLT14.TED.dev2010",
+    "IWSLT14.TEDX.dev2012",
+    "IWSLT14.TED.tst2010",
+    "IWSLT14.TED.tst2011",
+    "IWSLT14.TED.tst2012",
+)
+EXPECTED_PAIRS = {"train": 160239, "valid": 7283, "test": 6750}
+VALID_EVERY = 23
+
+
+def archive_members():
+    members = [f"{PAIR}/train.tags.{PAIR}.{l}" for l in LANGS]
+    members += [f"{PAIR}/{name}.{PAIR}.{l}.xml" for name in TEST_SETS for l in LANGS]
+    return members
+
+
+def split_every(inp: Path, every: int, kept: Path, taken: Path):
+    """awk 'NR%every==0' -> taken, the other lines -> kept."""
+    with (
+        pipeline.atomic_outputs([kept, taken]) as (tk, tt),
+        open(inp, encoding="utf-8") as f,
+        open(tk, "w", encoding="utf-8") as k,
+        open(tt, "w", encoding="utf-8") as t,
+    ):
+        for n, line in enumerate(f, start=1):
+            (t if n % every == 0 else k).write(line)
+
+
+def same_length(paths):
+    counts = {str(p): pipeline.count_lines(p) for p in paths}
+    if len(set(counts.values())) != 1:
+        raise DataError("line counts differ: " + ", ".join(f"{p} has {n}" for p, n in counts.items()))
+    return next(iter(counts.values()))
+
+
+def prepare(args) -> pipeline.Stages:
+    if {args.src, args.tgt} != set(LANGS):
+        raise DataError(
+            f"IWSLT-14 here is German-English: use --src de --tgt en or --src en --tgt de "
+            f"(got --src {args.src} --tgt {args.tgt})"
+        )
+    out = Path(args.out or f"data-bin/iwslt14.{args.src}-{args.tgt}")
+    orig, tmp, text, databin = out / "orig", out / "tmp", out / "text", out / "bin"
+    source = ArchiveSource(args, out)
+    stages = pipeline.Stages(force=args.force)
+    w, quiet = args.workers, args.quiet
+    raw = orig / PAIR
+
+    stages.run("extract", [raw], lambda: source.extract(ARCHIVE, archive_members(), orig))
+
+    for l in LANGS:
+        stripped = tmp / f"train.tags.{PAIR}.raw.{l}"
+        stages.run(
+            f"train-text.{l}",
+            [stripped],
+            lambda l=l, s=stripped: write_lines(s, iwslt_train_lines(raw / f"train.tags.{PAIR}.{l}")),
+        )
+        tok = tmp / f"train.tags.{PAIR}.tok.{l}"
+        stages.run(
+            f"tokenize.{l}",
+            [tok],
+            lambda l=l, s=stripped, t=tok: process_file(TextSteps(lang=l), s, t, workers=w, quiet=quiet),
+        )
+
+    tok_prefix, clean_prefix = tmp / f"train.tags.{PAIR}.tok", tmp / f"train.tags.{PAIR}.clean"
+
+    def clean():
+        same_length([Path(f"{tok_prefix}.{l}") for l in LANGS])
+        clean_corpus(str(tok_prefix), "de", "en", str(clean_prefix), 1, 175, 1.5)
+
+    stages.run("clean", [Path(f"{clean_prefix}.{l}") for l in LANGS], clean)
+    for l in LANGS:
+        lower = tmp / f"train.tags.{PAIR}.{l}"
+        stages.run(
+            f"lowercase.{l}",
+            [lower],
+            lambda l=l, lo=lower: process_file(
+                TextSteps(lang=l, tokenize=False, lowercase=True), Path(f"{clean_prefix}.{l}"), lo, quiet=quiet
+            ),
+        )
+        stages.run(
+            f"split-valid.{l}",
+            [tmp / f"train.{l}", tmp / f"valid.{l}"],
+            lambda l=l, lo=lower: split_every(lo, VALID_EVERY, tmp / f"train.{l}", tmp / f"valid.{l}"),
+        )
+
+    def test_set(l):
+        lines = []
+        for name in TEST_SETS:
+            segs = {x: seg_lines(raw / f"{name}.{PAIR}.{x}.xml") for x in LANGS}
+            if len(segs["de"]) != len(segs["en"]):
+                raise DataError(
+                    f"{raw / name}.{PAIR}.{{de,en}}.xml have {len(segs['de'])} and "
+                    f"{len(segs['en'])} segments; they must be aligned"
+                )
+            lines += process_lines(TextSteps(lang=l, lowercase=True), segs[l])
+        write_lines(tmp / f"test.{l}", lines)
+
+    for l in LANGS:
+        stages.run(f"test.{l}", [tmp / f"test.{l}"], lambda l=l: test_set(l))
+
+    codes = text / "code"
+    stages.run(
+        "learn-bpe",
+        [codes],
+        lambda: pipeline.learn_joint_bpe(
+            [tmp / f"train.{l}" for l in LANGS], codes, args.bpe_merges, force=True, workers=w
+        ),
+    )
+    for split in ("train", "valid", "test"):
+        for l in LANGS:
+            stages.run(
+                f"apply-bpe.{split}.{l}",
+                [text / f"{split}.{l}"],
+                lambda s=split, l=l: pipeline.apply_bpe(
+                    codes, tmp / f"{s}.{l}", text / f"{s}.{l}", force=True, workers=w
+                ),
+            )
+
+    stages.run(
+        "binarise",
+        [databin / "preprocess.done"],
+        lambda: pipeline.fairseq_preprocess(
+            {s: str(text / s) for s in ("train", "valid", "test")},
+            args.src,
+            args.tgt,
+            databin,
+            joined=True,
+            workers=w,
+            force=True,
+        ),
+    )
+
+    def summary():
+        pairs = {s: same_length([text / f"{s}.{l}" for l in LANGS]) for s in ("train", "valid", "test")}
+        info = {
+            "recipe": "iwslt14",
+            "pairs": pairs,
+            "expected_pairs_real_release": EXPECTED_PAIRS,
+            "bpe_merges": args.bpe_merges,
+            "data_bin": str(databin),
+        }
+        write_lines(out / "summary.json", [json.dumps(info, indent=1)])
+
+    stages.run("summary", [out / "summary.json"], summary)
+    return stages
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="prepare-iwslt14.sh",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--src", default="de", help="source language (de or en)")
+    parser.add_argument("--tgt", default="en", help="target language (en or de)")
+    parser.add_argument("--bpe-merges", type=int, default=10000, help="joint BPE merges (fairseq: 10000)")
+    add_common_options(parser, default_out="data-bin/iwslt14.SRC-TGT")
+    add_download_options(parser, "IWSLT14_BASE_URL")
+    return parser
+
+
+def main(argv=None) -> int:
+    return run_main(prepare, build_parser(), argv)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

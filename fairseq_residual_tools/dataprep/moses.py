@@ -1,0 +1,166 @@
+"""Python equivalents of the Moses scripts that fairseq's recipes call.
+
+| Moses script                      | here                                             |
+|-----------------------------------|--------------------------------------------------|
+| tokenizer/normalize-punctuation   | sacremoses ``MosesPunctNormalizer`` (perl parity) |
+| tokenizer/remove-non-printing-char| ``remove_non_printing``: ``s/\\p{C}/ /g``          |
+| tokenizer/tokenizer.perl [-a]     | sacremoses ``MosesTokenizer`` (escaping on, as    |
+|                                   | the Perl default: ``'`` -> ``&apos;``)            |
+| tokenizer/lowercase.perl          | ``str.lower``                                     |
+| training/clean-corpus-n.perl      | ``clean_corpus``                                  |
+
+``process_file`` runs a chain of these over a file with ``workers`` processes,
+keeping the line order, and writes the output under a temporary name first.
+"""
+
+import itertools
+import multiprocessing
+import os
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+from typing import List
+
+from ..errors import DataError
+from .progress import Progress
+
+
+def remove_non_printing(line: str) -> str:
+    """``remove-non-printing-char.perl``: every character of Unicode category C* becomes a space."""
+    if line.isprintable():  # fast path; isprintable() is False for every C* character
+        return line
+    return "".join(" " if unicodedata.category(c)[0] == "C" else c for c in line)
+
+
+@dataclass(frozen=True)
+class TextSteps:
+    """What to do to each line, in this order."""
+
+    lang: str
+    normalize_punctuation: bool = False
+    remove_non_printing: bool = False
+    tokenize: bool = True
+    aggressive_dash_splits: bool = False  # tokenizer.perl -a
+    escape: bool = True  # tokenizer.perl escapes unless -no-escape
+    lowercase: bool = False
+
+
+class _Processor:
+    def __init__(self, steps: TextSteps):
+        from sacremoses import MosesPunctNormalizer, MosesTokenizer
+
+        self.steps = steps
+        self.normalizer = MosesPunctNormalizer(lang=steps.lang, penn=False, perl_parity=True)
+        self.tokenizer = MosesTokenizer(lang=steps.lang)
+
+    def __call__(self, line: str) -> str:
+        s = self.steps
+        line = line.rstrip("\n")
+        if s.normalize_punctuation:
+            line = self.normalizer.normalize(line)
+        if s.remove_non_printing:
+            line = remove_non_printing(line)
+        if s.tokenize:
+            line = self.tokenizer.tokenize(
+                line, aggressive_dash_splits=s.aggressive_dash_splits, escape=s.escape, return_str=True
+            )
+        if s.lowercase:
+            line = line.lower()
+        return line
+
+
+_worker = None
+
+
+def _init_worker(steps):
+    global _worker
+    _worker = _Processor(steps)
+
+
+def _process_chunk(lines: List[str]) -> List[str]:
+    return [_worker(line) for line in lines]
+
+
+def _chunks(f, size=2000):
+    while True:
+        chunk = list(itertools.islice(f, size))
+        if not chunk:
+            return
+        yield chunk
+
+
+def process_lines(steps: TextSteps, lines):
+    """Apply ``steps`` in this process (for short inputs such as test sets)."""
+    processor = _Processor(steps)
+    return [processor(line) for line in lines]
+
+
+def process_file(steps: TextSteps, inp: Path, out: Path, workers=1, quiet=False):
+    """Write ``steps`` applied to every line of ``inp`` to ``out`` (atomically)."""
+    from .pipeline import atomic_outputs
+
+    progress = Progress(Path(out).name, quiet=quiet)
+    with (
+        atomic_outputs([out]) as (tmp,),
+        open(inp, encoding="utf-8", newline="\n") as f,
+        open(tmp, "w", encoding="utf-8") as g,
+    ):
+        if workers > 1:
+            ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
+            with ctx.Pool(workers, initializer=_init_worker, initargs=(steps,)) as pool:
+                for result in pool.imap(_process_chunk, _chunks(f), chunksize=1):
+                    g.write("\n".join(result) + "\n")
+                    progress.update(len(result))
+        else:
+            processor = _Processor(steps)
+            for chunk in _chunks(f):
+                g.write("\n".join(processor(line) for line in chunk) + "\n")
+                progress.update(len(chunk))
+    progress.close()
+
+
+def clean_corpus(prefix_in: str, l1: str, l2: str, prefix_out: str, min_len: int, max_len: int, ratio: float) -> int:
+    """``clean-corpus-n.perl -ratio R prefix_in l1 l2 prefix_out min max``.
+
+    Keeps a pair when both sides have ``min..max`` tokens, neither side is more
+    than ``ratio`` times longer than the other, and no token exceeds 1000
+    characters; whitespace is normalised and, as in the Perl script, ``|`` is
+    removed unless the first line looked factored. Returns the pairs kept.
+    """
+    from .pipeline import atomic_outputs
+
+    files_in = [Path(f"{prefix_in}.{l}") for l in (l1, l2)]
+    files_out = [Path(f"{prefix_out}.{l}") for l in (l1, l2)]
+    kept = 0
+    with (
+        atomic_outputs(files_out) as tmp,
+        open(files_in[0], encoding="utf-8") as f1,
+        open(files_in[1], encoding="utf-8") as f2,
+        open(tmp[0], "w", encoding="utf-8") as o1,
+        open(tmp[1], "w", encoding="utf-8") as o2,
+    ):
+        factored = None
+        for n, (a, b) in enumerate(itertools.zip_longest(f1, f2), start=1):
+            if a is None or b is None:
+                short = files_in[0] if a is None else files_in[1]
+                raise DataError(f"line counts differ: {short} ends at line {n - 1}, the other side continues")
+            a, b = a.rstrip("\n"), b.rstrip("\n")
+            if factored is None:
+                factored = "|" in a or "|" in b
+            if not factored:
+                a, b = a.replace("|", ""), b.replace("|", "")
+            a, b = " ".join(a.split()), " ".join(b.split())
+            if not a or not b:
+                continue
+            ta, tb = a.split(" "), b.split(" ")
+            na, nb = len(ta), len(tb)
+            if not (min_len <= na <= max_len and min_len <= nb <= max_len):
+                continue
+            if na / nb > ratio or nb / na > ratio:
+                continue
+            if max(map(len, ta)) > 1000 or max(map(len, tb)) > 1000:
+                continue
+            o1.write(a + "\n")
+            o2.write(b + "\n")
+            kept += 1
+    return kept

@@ -1,0 +1,287 @@
+"""The shared tokenise -> subword -> binarise pipeline.
+
+Every stage writes its outputs under temporary names and renames them when
+complete, so an interrupted run never leaves a file that looks finished; a
+re-run skips stages whose outputs exist (``force=True`` redoes them).
+``Stages`` runs a recipe's stages in order and reports which ran and which
+were skipped.
+"""
+
+import logging
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
+
+from ..errors import DataError
+from .moses import TextSteps, process_file
+from .progress import Progress
+
+logger = logging.getLogger(__name__)
+
+
+@contextmanager
+def atomic_outputs(paths: Sequence[Path]):
+    """Yield temporary paths; rename them onto ``paths`` only if the block succeeds."""
+    tmp = [Path(f"{p}.tmp{os.getpid()}") for p in paths]
+    try:
+        yield tmp
+        for t, p in zip(tmp, paths):
+            os.replace(t, p)
+    finally:
+        for t in tmp:
+            if t.is_dir():
+                shutil.rmtree(t)
+            elif t.exists():
+                t.unlink()
+
+
+def stage_done(outputs: Iterable[Path], force: bool) -> bool:
+    return not force and all(Path(p).exists() for p in outputs)
+
+
+class Stages:
+    """Run named stages; a stage whose outputs all exist is skipped unless ``force``."""
+
+    def __init__(self, force=False):
+        self.force = force
+        self.ran: List[str] = []
+        self.skipped: List[str] = []
+
+    def run(self, name: str, outputs: Sequence[Path], fn: Callable[[], object]):
+        if stage_done(outputs, self.force):
+            logger.info("skip  %s (done)", name)
+            self.skipped.append(name)
+            return
+        logger.info("stage %s", name)
+        for p in outputs:
+            Path(p).parent.mkdir(parents=True, exist_ok=True)
+        fn()
+        missing = [str(p) for p in outputs if not Path(p).exists()]
+        assert not missing, f"stage {name} did not write {missing}"
+        self.ran.append(name)
+
+
+def concatenate(inputs: Sequence[Path], out: Path):
+    """``cat inputs > out``, atomically."""
+    with atomic_outputs([out]) as (tmp,), open(tmp, "wb") as g:
+        for p in inputs:
+            with open(p, "rb") as f:
+                shutil.copyfileobj(f, g)
+
+
+def count_lines(path: Path) -> int:
+    with open(path, "rb") as f:
+        return sum(1 for _ in f)
+
+
+def check_parallel(prefix: str, src: str, tgt: str) -> int:
+    """Both sides exist, are non-empty and have the same number of lines."""
+    counts = {}
+    for lang in (src, tgt):
+        path = Path(f"{prefix}.{lang}")
+        if not path.is_file():
+            raise DataError(f"missing file {path}: expected parallel text {prefix}.{{{src},{tgt}}}")
+        counts[lang] = count_lines(path)
+        if counts[lang] == 0:
+            raise DataError(f"empty corpus: {path} has no lines")
+    if counts[src] != counts[tgt]:
+        raise DataError(
+            f"line counts differ: {prefix}.{src} has {counts[src]} lines, "
+            f"{prefix}.{tgt} has {counts[tgt]}; the two sides must be aligned line by line"
+        )
+    return counts[src]
+
+
+def moses_tokenize(
+    inp: Path,
+    out: Path,
+    lang: str,
+    lowercase=False,
+    force=False,
+    aggressive_dash_splits=False,
+    escape=True,
+    normalize_punctuation=False,
+    remove_non_printing=False,
+    workers=1,
+    quiet=True,
+):
+    """Moses tokenisation (sacremoses) as ``tokenizer.perl [-a] -l lang`` does it.
+
+    Escaping is on, as in the Perl script's default and in fairseq's recipes
+    (``'`` -> ``&apos;``); optional punctuation normalisation and non-printing
+    character removal run first (``prepare-wmt14en2de.sh``).
+    """
+    if stage_done([out], force):
+        return
+    steps = TextSteps(
+        lang=lang,
+        normalize_punctuation=normalize_punctuation,
+        remove_non_printing=remove_non_printing,
+        aggressive_dash_splits=aggressive_dash_splits,
+        escape=escape,
+        lowercase=lowercase,
+    )
+    process_file(steps, inp, out, workers=workers, quiet=quiet)
+
+
+def learn_joint_bpe(inputs: List[Path], codes: Path, merges: int, force=False, workers=1):
+    """Joint BPE (subword-nmt ``learn_bpe.py -s merges``) learned on the concatenation of ``inputs``."""
+    if stage_done([codes], force):
+        return
+    from subword_nmt.learn_bpe import learn_bpe
+
+    # one file holding every input (subword-nmt's parallel word count reads a named file)
+    joined = Path(f"{codes}.input.tmp{os.getpid()}")
+    try:
+        with open(joined, "w", encoding="utf-8") as g:
+            for p in inputs:
+                with open(p, encoding="utf-8") as f:
+                    shutil.copyfileobj(f, g)
+        with (
+            atomic_outputs([codes]) as (tmp,),
+            open(joined, encoding="utf-8") as f,
+            open(tmp, "w", encoding="utf-8") as g,
+        ):
+            learn_bpe(f, g, merges, min_frequency=2, total_symbols=False, num_workers=workers)
+    finally:
+        joined.unlink(missing_ok=True)
+
+
+def apply_bpe(codes: Path, inp: Path, out: Path, force=False, workers=1):
+    """subword-nmt ``apply_bpe.py -c codes`` (``@@ `` marks a split inside a word)."""
+    if stage_done([out], force):
+        return
+    from subword_nmt.apply_bpe import BPE
+
+    with open(codes, encoding="utf-8") as c:
+        bpe = BPE(c)
+    with atomic_outputs([out]) as (tmp,), open(tmp, "w", encoding="utf-8") as g:
+        if workers > 1:
+            bpe.process_lines(str(inp), g, num_workers=workers)
+        else:
+            with open(inp, encoding="utf-8") as f:
+                for line in f:
+                    g.write(bpe.process_line(line))
+
+
+def train_sentencepiece(
+    text: Path,
+    model_prefix: Path,
+    vocab_size: int,
+    model_type="unigram",
+    character_coverage=0.9995,
+    workers=1,
+    force=False,
+):
+    """A SentencePiece model ``<model_prefix>.model`` / ``.vocab`` trained on ``text``."""
+    model_prefix = Path(model_prefix)
+    outputs = [Path(f"{model_prefix}.model"), Path(f"{model_prefix}.vocab")]
+    if stage_done(outputs, force):
+        return
+    import sentencepiece as spm
+
+    tmp_prefix = Path(f"{model_prefix}.tmp{os.getpid()}")
+    with atomic_outputs(outputs) as tmp:
+        try:
+            spm.SentencePieceTrainer.train(
+                input=str(text),
+                model_prefix=str(tmp_prefix),
+                vocab_size=vocab_size,
+                model_type=model_type,
+                character_coverage=character_coverage,
+                num_threads=workers,
+                minloglevel=2,
+            )
+        except RuntimeError as e:
+            raise DataError(f"SentencePiece training on {text} failed: {e}") from None
+        os.replace(f"{tmp_prefix}.model", tmp[0])
+        os.replace(f"{tmp_prefix}.vocab", tmp[1])
+
+
+def apply_sentencepiece(model: Path, inp: Path, out: Path, force=False, workers=1, quiet=True):
+    """Each line as space-separated pieces (decode: join, then ``▁`` -> space)."""
+    if stage_done([out], force):
+        return
+    import itertools
+
+    import sentencepiece as spm
+
+    sp = spm.SentencePieceProcessor(model_file=str(model))
+    progress = Progress(Path(out).name, quiet=quiet)
+    with atomic_outputs([out]) as (tmp,), open(inp, encoding="utf-8") as f, open(tmp, "w", encoding="utf-8") as g:
+        while True:
+            chunk = [line.rstrip("\n") for line in itertools.islice(f, 10000)]
+            if not chunk:
+                break
+            pieces = sp.encode(chunk, out_type=str, num_threads=workers)
+            g.writelines(" ".join(p) + "\n" for p in pieces)
+            progress.update(len(chunk))
+    progress.close()
+
+
+def sentencepiece_dictionary(vocab: Path, out: Path, force=False):
+    """fairseq's ``dict.txt`` from a SentencePiece ``.vocab`` (fairseq adds its own specials)."""
+    if stage_done([out], force):
+        return
+    specials = {"<unk>", "<s>", "</s>", "<pad>"}
+    with atomic_outputs([out]) as (tmp,), open(vocab, encoding="utf-8") as f, open(tmp, "w", encoding="utf-8") as g:
+        for line in f:
+            piece = line.split("\t")[0]
+            if piece not in specials:
+                g.write(f"{piece} 1\n")
+
+
+def run_fairseq_preprocess(argv: List[str]):
+    """``fairseq-preprocess`` in this process (one interpreter start-up for many calls)."""
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    args = options.get_preprocessing_parser().parse_args(argv)
+    logger.info("fairseq-preprocess %s", " ".join(argv))
+    preprocess.main(args)
+
+
+def fairseq_preprocess(
+    prefixes: Dict[str, str],
+    src: str,
+    tgt: str,
+    destdir: Path,
+    joined=True,
+    workers=1,
+    force=False,
+    srcdict: Optional[Path] = None,
+    tgtdict: Optional[Path] = None,
+):
+    """Binarise with ``fairseq-preprocess``; ``destdir`` appears only when complete.
+
+    ``prefixes["test"]`` may list several comma-separated prefixes: fairseq names
+    them ``test``, ``test1``, ``test2``, ...
+    """
+    destdir = Path(destdir)
+    if stage_done([destdir / "preprocess.done"], force):
+        return destdir
+    tmp = Path(f"{destdir}.tmp{os.getpid()}")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    argv = ["--source-lang", src, "--target-lang", tgt, "--destdir", str(tmp), "--workers", str(workers)]
+    for split in ("train", "valid", "test"):
+        if split in prefixes:
+            argv += [f"--{split}pref", prefixes[split]]
+    if joined:
+        argv.append("--joined-dictionary")
+    if srcdict:
+        argv += ["--srcdict", str(srcdict)]
+    if tgtdict:
+        argv += ["--tgtdict", str(tgtdict)]
+    try:
+        run_fairseq_preprocess(argv)
+        (tmp / "preprocess.done").write_text("fairseq-preprocess " + " ".join(argv) + "\n")
+        if destdir.exists():
+            shutil.rmtree(destdir)
+        os.replace(tmp, destdir)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp)
+    return destdir

@@ -1,0 +1,141 @@
+"""A synthetic, deterministic "language pair" that needs no network.
+
+The source language is SVO with English-like morphology; the target language
+has its own vocabulary and grammar, so a model must learn more than a word
+lexicon:
+
+* word order: target is SOV, adjectives follow their noun, a prepositional
+  phrase moves before the verb and a sentence adverb moves to the front;
+* agreement: target determiners and adjectives agree with their noun in gender
+  (a lexical property invisible in the source) and number, and the target verb
+  agrees with the subject in number and marks tense;
+* a vocabulary of a few thousand inflected word forms built from syllables, so
+  subword segmentation (BPE / SentencePiece) matters.
+
+``generate_corpus(seed)`` always returns the same sentences for the same seed.
+"""
+
+import random
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
+
+SOURCE_SYLLABLES = "ba be bi bo bu da de di do ka ke ki ko la le li lo ma me mi mo na ne ni no pa pe pi po ra re ri ro sa se si so ta te ti to va ve vi".split()
+TARGET_SYLLABLES = "zu zo za gru gro gra fli flo fla shu sho sha kru kro kra mju mjo mja tsu tso tsa vlu vlo vla hnu hno hna dzu dzo dza pfu pfo pfa".split()
+
+
+@dataclass(frozen=True)
+class Lexicon:
+    nouns: Dict[str, Tuple[str, int]]  # source stem -> (target stem, gender 0/1)
+    adjectives: Dict[str, str]
+    verbs: Dict[str, str]
+    adverbs: Dict[str, str]
+    prepositions: Dict[str, str]
+
+
+def _words(rng: random.Random, syllables: List[str], count: int, lengths=(2, 3, 4)) -> List[str]:
+    seen, out = set(), []
+    while len(out) < count:
+        word = "".join(rng.choice(syllables) for _ in range(rng.choice(lengths)))
+        if word not in seen:
+            seen.add(word)
+            out.append(word)
+    return out
+
+
+def build_lexicon(seed: int, nouns=700, adjectives=180, verbs=260, adverbs=40) -> Lexicon:
+    rng = random.Random(seed)
+    src = _words(rng, SOURCE_SYLLABLES, nouns + adjectives + verbs + adverbs)
+    tgt = _words(rng, TARGET_SYLLABLES, nouns + adjectives + verbs + adverbs)
+    cuts = [nouns, nouns + adjectives, nouns + adjectives + verbs]
+    noun_pairs = zip(src[: cuts[0]], tgt[: cuts[0]])
+    return Lexicon(
+        nouns={s: (t, rng.randrange(2)) for s, t in noun_pairs},
+        adjectives=dict(zip(src[cuts[0] : cuts[1]], tgt[cuts[0] : cuts[1]])),
+        verbs=dict(zip(src[cuts[1] : cuts[2]], tgt[cuts[1] : cuts[2]])),
+        adverbs=dict(zip(src[cuts[2] :], tgt[cuts[2] :])),
+        prepositions={"with": "mit", "near": "bei", "under": "unt", "behind": "hint"},
+    )
+
+
+# target inflection: determiner[gender][number], adjective suffix[gender][number]
+TARGET_DETERMINER = [["lo", "los"], ["la", "las"]]
+TARGET_ADJ_SUFFIX = [["o", "oi"], ["a", "ai"]]
+TARGET_NOUN_PLURAL = "en"
+TARGET_VERB_SUFFIX = {("present", 0): "et", ("present", 1): "ent", ("past", 0): "ot", ("past", 1): "ont"}
+
+
+class _Sentence:
+    def __init__(self, rng: random.Random, lex: Lexicon):
+        self.rng, self.lex = rng, lex
+
+    def noun_phrase(self):
+        rng, lex = self.rng, self.lex
+        noun = rng.choice(list(lex.nouns))
+        plural = rng.random() < 0.4
+        adjs = [rng.choice(list(lex.adjectives)) for _ in range(rng.choice([0, 0, 1, 1, 2]))]
+        src = ["the"] + adjs + [noun + ("s" if plural else "")]
+        stem, gender = lex.nouns[noun]
+        tgt = [TARGET_DETERMINER[gender][plural], stem + (TARGET_NOUN_PLURAL if plural else "")]
+        tgt += [lex.adjectives[a] + TARGET_ADJ_SUFFIX[gender][plural] for a in adjs]
+        return src, tgt, plural
+
+    def pair(self) -> Tuple[str, str]:
+        rng, lex = self.rng, self.lex
+        subj_src, subj_tgt, subj_plural = self.noun_phrase()
+        verb = rng.choice(list(lex.verbs))
+        tense = rng.choice(["present", "past"])
+        if tense == "past":
+            verb_src = [verb + "ed"]
+        else:
+            verb_src = [verb if subj_plural else verb + "s"]
+        verb_tgt = [lex.verbs[verb] + TARGET_VERB_SUFFIX[(tense, int(subj_plural))]]
+        obj_src, obj_tgt, _ = self.noun_phrase()
+        src = subj_src + verb_src + obj_src
+        tgt_middle = obj_tgt
+        if rng.random() < 0.4:
+            prep = rng.choice(list(lex.prepositions))
+            pp_src, pp_tgt, _ = self.noun_phrase()
+            src += [prep] + pp_src
+            tgt_middle = [lex.prepositions[prep]] + pp_tgt + tgt_middle
+        tgt = subj_tgt + tgt_middle + verb_tgt
+        if rng.random() < 0.3:
+            adverb = rng.choice(list(lex.adverbs))
+            src += [adverb]
+            tgt = [lex.adverbs[adverb].capitalize() + ","] + tgt
+        else:
+            tgt[0] = tgt[0].capitalize()
+        src[0] = src[0].capitalize()
+        return " ".join(src) + ".", " ".join(tgt) + "."
+
+
+def generate_corpus(seed: int = 1, train=6000, valid=300, test=300):
+    """Return {"train"|"valid"|"test": [(source, target), ...]}, disjoint splits."""
+    rng = random.Random(seed)
+    lex = build_lexicon(seed)
+    sentence = _Sentence(rng, lex)
+    seen, pairs = set(), []
+    while len(pairs) < train + valid + test:
+        pair = sentence.pair()
+        if pair[0] not in seen:
+            seen.add(pair[0])
+            pairs.append(pair)
+    return {
+        "train": pairs[:train],
+        "valid": pairs[train : train + valid],
+        "test": pairs[train + valid :],
+    }
+
+
+def write_corpus(out_dir, seed: int = 1, src="src", tgt="tgt", **sizes):
+    """Write ``{split}.{src}`` / ``{split}.{tgt}`` raw text files; return the prefixes."""
+    import os
+
+    os.makedirs(out_dir, exist_ok=True)
+    prefixes = {}
+    for split, pairs in generate_corpus(seed, **sizes).items():
+        prefix = os.path.join(out_dir, split)
+        for side, lang in ((0, src), (1, tgt)):
+            with open(f"{prefix}.{lang}", "w", encoding="utf-8") as f:
+                f.writelines(p[side] + "\n" for p in pairs)
+        prefixes[split] = prefix
+    return prefixes

@@ -1,0 +1,65 @@
+"""Averaging the parameters of the last N checkpoints, as fairseq's ``scripts/average_checkpoints.py``.
+
+fairseq ships that script in its source repository only (the installed
+``fairseq`` package has no ``scripts`` module), so its logic is restated here:
+the element-wise mean of every floating-point tensor over the N checkpoints
+(integer tensors, such as counters, are the newest checkpoint's), written into
+the newest checkpoint's state (its config, its training history). The optimizer
+state is dropped: a decoding checkpoint does not need it, and it is twice the
+size of the model.
+"""
+
+import re
+from pathlib import Path
+from typing import List
+
+import torch
+
+from ..errors import DataError
+
+_EPOCH = re.compile(r"^checkpoint(\d+)\.pt$")
+_UPDATE = re.compile(r"^checkpoint_(\d+)_(\d+)\.pt$")
+
+
+def last_checkpoints(folder, n: int, kind: str) -> List[Path]:
+    """The newest ``n`` checkpoints of one kind, oldest first.
+
+    kind "epoch": ``checkpoint<epoch>.pt``; kind "update": ``checkpoint_<epoch>_<update>.pt``.
+    A folder that has none of that kind gives ``checkpoint_last.pt`` alone.
+    """
+    folder = Path(folder)
+    pattern, key = (_EPOCH, lambda m: int(m[1])) if kind == "epoch" else (_UPDATE, lambda m: int(m[2]))
+    found = sorted((key(m), p) for p in folder.glob("checkpoint*.pt") if (m := pattern.match(p.name)))
+    paths = [p for _, p in found[-n:]]
+    if not paths and (folder / "checkpoint_last.pt").is_file():
+        paths = [folder / "checkpoint_last.pt"]
+    if not paths:
+        raise DataError(f"no checkpoint in {folder}: train the cell first (scripts/train.sh)")
+    return paths
+
+
+def average_checkpoints(paths: List[Path], out: Path) -> Path:
+    """Write the mean of ``paths``' parameters to ``out`` (same tensor dtypes as the inputs)."""
+    total, dtypes, newest = None, None, None
+    for path in paths:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        params = state["model"]
+        if total is None:
+            total = {k: v.to(torch.float64) if v.is_floating_point() else v.clone() for k, v in params.items()}
+            dtypes = {k: v.dtype for k, v in params.items()}
+        elif params.keys() != total.keys():
+            raise DataError(f"{path} has other parameters than {paths[0]}: not checkpoints of one model")
+        else:
+            for k, v in params.items():
+                if v.is_floating_point():
+                    total[k] += v.to(torch.float64)
+                else:  # counters and the like: the newest checkpoint's
+                    total[k] = v.clone()
+        newest = state
+    newest["model"] = {k: (v / len(paths)).to(dtypes[k]) if v.is_floating_point() else v for k, v in total.items()}
+    newest.pop("last_optimizer_state", None)
+    out = Path(out)
+    tmp = out.with_name(out.name + ".tmp")
+    torch.save(newest, tmp)
+    tmp.replace(out)
+    return out

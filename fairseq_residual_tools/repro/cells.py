@@ -1,0 +1,220 @@
+"""The cells of the paper's tables: what to train, how to name it, how to evaluate it.
+
+A cell is a dataset, a residual scheme and a depth (and, for the ablation,
+training without warmup); its name spells those out::
+
+    iwslt14/residual/e6d6            IWSLT-14, ResiDual, 6 encoder + 6 decoder layers
+    iwslt14/pre/e12d12/nowarmup      the warmup ablation's Pre-LN E12D12 without warmup
+    wmt14/b2t/e18d18                 WMT'14, B2T, 18 + 18 layers
+    opus100/deepnet/e100d100         OPUS-100, DeepNet, 100 + 100 layers
+
+The list of cells is read from the paper's tables (``results/paper/*.json``):
+every (row, column) of every table is one cell, and cells shared by two tables
+(the ablation's "with warmup" rows are the IWSLT-14 table's cells) are trained
+once. A cell's configuration is its dataset's hydra config in ``configs/`` plus
+the overrides of ``Cell.overrides`` -- the scheme, the depth, ``+warmup=none``;
+baselines differ from ResiDual only in ``model.residual_scheme``. A scheme that
+is not registered in ``fairseq_residual.schemes.SCHEMES`` yet keeps its cells,
+marked "scheme not implemented".
+"""
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from fairseq_residual.schemes import SCHEMES
+
+from ..errors import ConfigError
+
+ROOT = Path(__file__).resolve().parents[2]
+CONFIG_DIR = ROOT / "configs"
+PAPER_DIR = ROOT / "results" / "paper"
+NOT_IMPLEMENTED = "scheme not implemented"
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """How a dataset's test sets are decoded and scored (the paper's protocol)."""
+
+    average_last: int  # checkpoints averaged
+    checkpoints: str  # "epoch": checkpoint<epoch>.pt; "update": checkpoint_<epoch>_<update>.pt
+    scoring: str  # the description written next to every score
+    beam: int = 5
+    lenpen: float = 1.0
+    max_len_a: float = 1.2  # the authors' validation-BLEU settings
+    max_len_b: int = 10
+
+
+@dataclass(frozen=True)
+class Dataset:
+    name: str
+    config_name: str  # configs/<config_name>.yaml
+    data: str  # default data-bin (relative to the repository root), from data-prep/
+    evaluation: Evaluation
+    #: GPUs assumed behind the authors' config: their effective batch is
+    #: reference_gpus x max_tokens x update_freq of the YAML (the GPU count is not published)
+    reference_gpus: int = 1
+
+
+DATASETS: Dict[str, Dataset] = {
+    d.name: d
+    for d in (
+        Dataset(
+            "iwslt14",
+            "iwslt14",
+            "data-bin/iwslt14.de-en/bin",
+            Evaluation(
+                average_last=5,
+                checkpoints="epoch",
+                scoring="BLEU of fairseq-generate (--remove-bpe): tokenised, lowercased text "
+                "(the data is lowercased by data-prep), BPE removed -- the paper's IWSLT-14 figure; "
+                "sacrebleu: Moses-detokenised hypotheses against Moses-detokenised references",
+            ),
+        ),
+        Dataset(
+            "wmt14",
+            "wmt14",
+            "data-bin/wmt14.en-de/bin",
+            Evaluation(
+                average_last=5,
+                checkpoints="update",
+                scoring="tokenised BLEU with compound splitting (fairseq's compound_split_bleu: "
+                "a-b -> a ##AT##-##AT## b in hypothesis and reference) per test set, and its "
+                "average over newstest2010-2016 -- the paper's WMT figure; sacrebleu: "
+                "Moses-detokenised hypotheses against Moses-detokenised references",
+            ),
+        ),
+        Dataset(
+            "opus100",
+            "opus100",
+            "data-bin/opus100/bin",
+            Evaluation(
+                average_last=5,
+                checkpoints="update",
+                scoring="sacrebleu per direction on SentencePiece-decoded text (tokenize 13a; "
+                "zh for Chinese targets); EX = mean over English->X, XE = mean over X->English, "
+                "ALL = mean over all directions -- the paper's OPUS-100 figures",
+            ),
+        ),
+    )
+}
+
+_NAME = re.compile(
+    r"^(?P<dataset>[a-z0-9]+)/(?P<scheme>[a-z0-9_]+)/e(?P<enc>\d+)d(?P<dec>\d+)(?P<nowarmup>/nowarmup)?$"
+)
+
+
+@dataclass(frozen=True)
+class Cell:
+    dataset: str
+    scheme: str
+    encoder_layers: int
+    decoder_layers: int
+    warmup: bool = True
+
+    @property
+    def name(self) -> str:
+        name = f"{self.dataset}/{self.scheme}/e{self.encoder_layers}d{self.decoder_layers}"
+        return name if self.warmup else f"{name}/nowarmup"
+
+    @property
+    def implemented(self) -> bool:
+        return self.scheme in SCHEMES
+
+    @property
+    def config(self) -> Dataset:
+        return DATASETS[self.dataset]
+
+    def overrides(self) -> List[str]:
+        """Hydra overrides that turn the dataset's config into this cell's."""
+        out = [
+            f"model.residual_scheme={self.scheme}",
+            f"model.encoder_layers={self.encoder_layers}",
+            f"model.decoder_layers={self.decoder_layers}",
+        ]
+        return out if self.warmup else out + ["+warmup=none"]
+
+
+def parse_cell(name: str) -> Cell:
+    m = _NAME.match(name.strip().strip("/"))
+    if not m:
+        raise ConfigError(
+            f"cell {name!r} is not DATASET/SCHEME/eNdM[/nowarmup] (e.g. iwslt14/residual/e6d6); "
+            "`bash scripts/reproduce.sh --list` lists the paper's cells"
+        )
+    if m["dataset"] not in DATASETS:
+        raise ConfigError(f"unknown dataset {m['dataset']!r} in cell {name!r}; choose one of: {', '.join(DATASETS)}")
+    known = set(SCHEMES) | {c.scheme for c in paper_cells()}
+    if m["scheme"] not in known:
+        raise ConfigError(f"unknown scheme {m['scheme']!r} in cell {name!r}; choose one of: {', '.join(sorted(known))}")
+    return Cell(m["dataset"], m["scheme"], int(m["enc"]), int(m["dec"]), warmup=not m["nowarmup"])
+
+
+# ----------------------------------------------------------------------------- the paper's tables
+
+
+@dataclass
+class TableRow:
+    method: str
+    scheme: str
+    paper: Dict[str, object]  # column -> figure (float) or "fails"
+    warmup: bool = True
+    depth: Optional[str] = None  # set when the columns are metrics of one cell (OPUS-100)
+
+
+@dataclass
+class PaperTable:
+    table: str
+    title: str
+    dataset: str
+    columns: List[str]
+    rows: List[TableRow]
+    source: str
+    note: str
+    metric: Optional[str] = None  # the score read for every column, when columns are depths
+    decimals: int = 2  # as the paper prints its figures
+    label: str = "paper"
+
+    def cell_and_metric(self, row: TableRow, column: str) -> Tuple[Cell, str]:
+        """The cell measured for (row, column) and the key of its score."""
+        depth, metric = (row.depth, column) if row.depth else (column, self.metric)
+        m = re.fullmatch(r"E(\d+)D(\d+)", depth, flags=re.I)
+        cell = Cell(self.dataset, row.scheme, int(m[1]), int(m[2]), warmup=row.warmup)
+        return cell, metric
+
+    def cells(self) -> List[Cell]:
+        out = []
+        for row in self.rows:
+            for column in self.columns:
+                cell, _ = self.cell_and_metric(row, column)
+                if cell not in out:
+                    out.append(cell)
+        return out
+
+
+def load_paper_table(path) -> PaperTable:
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    rows = [TableRow(**row) for row in data.pop("rows")]
+    return PaperTable(rows=rows, **data)
+
+
+#: the tables in the order the paper presents them
+TABLE_ORDER = ("iwslt14", "wmt14", "opus100", "warmup")
+
+
+def paper_tables(paper_dir=PAPER_DIR) -> Dict[str, PaperTable]:
+    tables = {t.table: t for t in map(load_paper_table, sorted(Path(paper_dir).glob("*.json")))}
+    return {name: tables[name] for name in sorted(tables, key=lambda n: (TABLE_ORDER + (n,)).index(n))}
+
+
+def paper_cells(table: Optional[str] = None, paper_dir=PAPER_DIR) -> List[Cell]:
+    """Every cell of one table (or of all tables, each once), in table order."""
+    tables = paper_tables(paper_dir)
+    if table not in (None, "all") and table not in tables:
+        raise ConfigError(f"unknown table {table!r}; choose one of: {', '.join(tables)}, all")
+    out = []
+    for t in tables.values() if table in (None, "all") else [tables[table]]:
+        out += [c for c in t.cells() if c not in out]
+    return out

@@ -1,0 +1,209 @@
+"""Command lines of scripts/train.sh, evaluate.sh, reproduce.sh and make_tables.py.
+
+python -m fairseq_residual_tools.repro train     --cell C [--gpus G] [--nodes N] [--dry-run] [-- OVERRIDES]
+python -m fairseq_residual_tools.repro evaluate  --cell C
+python -m fairseq_residual_tools.repro reproduce --table T [--dry-run] [--list]
+python -m fairseq_residual_tools.repro tables
+"""
+
+import argparse
+import logging
+import shlex
+import sys
+from pathlib import Path
+
+from ..errors import UserError
+from ..training_log import divergence, read_log
+from . import estimates
+from .cells import NOT_IMPLEMENTED, paper_cells
+from .tables import DEFAULT_OUT, DEFAULT_RESULTS, DEFAULT_WORK, make_tables
+
+
+def _add_launch_options(p):
+    p.add_argument(
+        "--gpus", type=int, help="GPUs (or, with --cpu, processes) per node (default: the visible GPUs; 1 with --cpu)"
+    )
+    p.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
+    p.add_argument(
+        "--launcher",
+        default="auto",
+        choices=["auto", "single", "torchrun", "srun"],
+        help="auto: srun for several nodes inside SLURM, torchrun for several processes, else one process",
+    )
+    p.add_argument("--node-rank", type=int, help="torchrun over several nodes without SLURM: this node's rank")
+    p.add_argument(
+        "--master-addr", help="torchrun over several nodes: the host of node 0 (srun: default the first node)"
+    )
+    p.add_argument("--master-port", type=int, default=29500, help="rendezvous port (default 29500)")
+    p.add_argument("--cpu", action="store_true", help="train on CPU processes (gloo backend): tests and tiny runs only")
+    p.add_argument(
+        "--max-tokens",
+        type=int,
+        help="tokens per GPU and step (default: the config's, halved until the paper's batch fits)",
+    )
+    p.add_argument("--update-freq", type=int, help="with --max-tokens: choose another effective batch than the paper's")
+    p.add_argument(
+        "--reference-gpus",
+        type=int,
+        help="GPUs assumed behind the authors' config when keeping their effective batch (default 1)",
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+
+
+def _add_common(p):
+    p.add_argument("--data", help="data-bin folder (default: the one data-prep/ writes for the cell's dataset)")
+    p.add_argument(
+        "--work",
+        default=str(DEFAULT_WORK),
+        help="checkpoint root: a cell's files go to WORK/<cell> (default checkpoints/)",
+    )
+    p.add_argument("--results", default=str(DEFAULT_RESULTS), help="per-cell JSON root (default results/cells/)")
+
+
+def _add_eval_options(p):
+    p.add_argument("--average", type=int, help="checkpoints to average (default: the dataset's, 5)")
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(prog="python -m fairseq_residual_tools.repro", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("train", help="train one cell (resumes from its checkpoint_last.pt)")
+    p.add_argument("--cell", required=True, help="e.g. iwslt14/residual/e6d6 (list: reproduce --list)")
+    _add_common(p)
+    _add_launch_options(p)
+    p.add_argument("overrides", nargs="*", help="after --: extra hydra overrides (the tables mark such runs)")
+
+    p = sub.add_parser("evaluate", help="average, decode and score one trained cell into results/cells/<cell>.json")
+    p.add_argument("--cell", required=True)
+    _add_common(p)
+    _add_eval_options(p)
+    p.add_argument("--cpu", action="store_true", help="decode on CPU")
+
+    p = sub.add_parser("reproduce", help="train and evaluate every cell of a table, in order, then make the tables")
+    p.add_argument("--table", default="all", help="iwslt14, wmt14, opus100, warmup or all")
+    p.add_argument("--list", action="store_true", help="list the table's cells with their status and estimates")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="the tables written at the end (default results/tables.md)")
+    _add_common(p)
+    _add_launch_options(p)
+    _add_eval_options(p)
+    p.add_argument("overrides", nargs="*", help="after --: extra hydra overrides for every cell")
+
+    p = sub.add_parser("tables", help="write results/tables.md")
+    p.add_argument("--results", default=str(DEFAULT_RESULTS))
+    p.add_argument("--work", default=str(DEFAULT_WORK), help="checkpoint root, for the logs of cells not evaluated")
+    p.add_argument("--out", default=str(DEFAULT_OUT))
+    return parser
+
+
+def _default_gpus(args):
+    if args.gpus is None:
+        if args.cpu:
+            args.gpus = 1
+        else:
+            import torch
+
+            args.gpus = max(1, torch.cuda.device_count())
+    if not args.cpu and not args.dry_run:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise UserError("no GPU visible: train on GPUs, pass --cpu for a (slow) CPU run, or --dry-run")
+
+
+def cmd_train(args) -> int:
+    from .cells import parse_cell
+    from .launch import train
+
+    parse_cell(args.cell)  # a wrong name is reported before anything else
+    _default_gpus(args)
+    return train(args)
+
+
+def cmd_evaluate(args) -> int:
+    from .evaluate import evaluate
+
+    evaluate(args)
+    return 0
+
+
+def cmd_reproduce(args) -> int:
+    """Every cell of the table in order; finished trainings and evaluations are skipped."""
+    from .evaluate import evaluate, result_path
+    from .launch import dataset_config, train
+    from .tables import measured
+
+    cells = paper_cells(args.table)
+    if args.list:
+        print(f"{'cell':34} {'status':24} estimated GPU-hours (A100-class, docs/reproduce.md)")
+        for cell in cells:
+            status = measured(cell, Path(args.results), Path(args.work)).status
+            hours = ""
+            if cell.implemented:
+                cfg = dataset_config(cell.dataset)
+                hours = f"~{estimates.estimate(cell, cfg, args.reference_gpus or 1).gpu_hours}"
+            print(f"{cell.name:34} {status:24} {hours}")
+        return 0
+    _default_gpus(args)
+    failed = []
+    for cell in cells:
+        print(f"== cell {cell.name}")
+        if not cell.implemented:
+            print(f"skipped: {NOT_IMPLEMENTED} ({cell.scheme})")
+            continue
+        if result_path(args.results, cell).is_file():
+            # evaluated, or recorded as "fails": nothing left to do for this cell
+            print(f"already evaluated: {result_path(args.results, cell)}")
+            continue
+        cell_args = argparse.Namespace(**{**vars(args), "cell": cell.name})
+        rc = train(cell_args)
+        evaluate_line = [
+            "bash",
+            "scripts/evaluate.sh",
+            "--cell",
+            cell.name,
+            "--work",
+            args.work,
+            "--results",
+            args.results,
+        ]
+        if args.dry_run:
+            print("then: " + shlex.join(evaluate_line))
+            continue
+        log = Path(args.work).resolve() / cell.name / "train.log"
+        if rc != 0 and not (log.is_file() and divergence(read_log(log))):
+            failed.append(cell.name)
+            continue
+        try:
+            evaluate(cell_args)  # a diverged training is recorded as "fails"
+        except UserError as e:
+            print(f"error: {e}")
+            failed.append(cell.name)
+    if not args.dry_run:
+        make_tables(args.results, args.work, args.out)
+        print(f"wrote {args.out}")
+    if failed:
+        print(f"not finished (see their train.log): {', '.join(failed)}")
+        return 1
+    return 0
+
+
+def cmd_tables(args) -> int:
+    make_tables(args.results, args.work, args.out)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def main(argv=None) -> int:
+    # fairseq's text_to_speech task sets the root logger to DEBUG when fairseq is imported
+    logging.getLogger().setLevel(logging.WARNING)
+    args = build_parser().parse_args(argv)
+    return {"train": cmd_train, "evaluate": cmd_evaluate, "reproduce": cmd_reproduce, "tables": cmd_tables}[
+        args.command
+    ](args)
+
+
+if __name__ == "__main__":
+    from ..errors import exit_on_user_error
+
+    sys.exit(exit_on_user_error(main))

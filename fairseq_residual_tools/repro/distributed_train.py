@@ -1,0 +1,110 @@
+"""One process of a training: ``fairseq-hydra-train`` told explicitly which rank of which job it is.
+
+torchrun and srun start one copy of this per GPU (or per CPU process). Each copy
+reads its rank from the launcher's environment and passes it to fairseq, then
+runs ``fairseq_cli.hydra_train`` unchanged::
+
+    torchrun --nproc-per-node 8 -m fairseq_residual_tools.repro.distributed_train --config-dir configs ...
+    srun --ntasks-per-node 8 python -m fairseq_residual_tools.repro.distributed_train --ranks-from slurm ...
+
+Why fairseq is not left to infer the rank (``fairseq.distributed.utils.infer_init_method``):
+
+* it returns before looking at torchrun's variables when ``distributed_world_size``
+  is 1, and that option defaults to the number of *visible GPUs*: on a machine
+  without GPU (or a node with one GPU) every process then trains alone -- N
+  independent jobs writing to the same checkpoint folder;
+* when it does read them, it sets ``device_id = rank % torch.cuda.device_count()``,
+  a ZeroDivisionError without GPU;
+* with a world size > 1 and no launcher it spawns one process per visible GPU
+  itself, so ``--gpus 1`` on an 8-GPU node would silently train on 8.
+
+Here the rank, the world size and the local device come from the launcher,
+``distributed_init_method=env://`` makes fairseq skip its inference (torch reads
+MASTER_ADDR / MASTER_PORT, which torchrun sets and the srun launch exports), and
+``distributed_no_spawn`` keeps fairseq from forking. On CPU the backend is gloo
+and the DDP wrapper fairseq's ``legacy_ddp`` (PyTorch's DDP refuses
+``device_ids`` for a CPU module); on GPUs NCCL and PyTorch DDP, fairseq's defaults.
+"""
+
+import os
+import sys
+from dataclasses import dataclass
+from typing import List, Mapping, Optional
+
+#: what a launcher sets, as (rank, world size, local rank) variable names
+RANK_VARIABLES = {
+    "torchrun": ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
+    "slurm": ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
+}
+
+
+@dataclass(frozen=True)
+class ProcessRank:
+    rank: int
+    world_size: int
+    local_rank: int
+
+
+def process_rank(environ: Mapping[str, str], ranks_from: Optional[str]) -> ProcessRank:
+    """This process's place in the job; a single process when no launcher started it."""
+    if ranks_from is None:
+        ranks_from = "torchrun" if "RANK" in environ and "WORLD_SIZE" in environ else None
+    if ranks_from is None:
+        return ProcessRank(0, 1, 0)
+    names = RANK_VARIABLES[ranks_from]
+    missing = [n for n in names if n not in environ]
+    if missing:
+        raise SystemExit(
+            f"error: --ranks-from {ranks_from}: {', '.join(missing)} not set (not started by {ranks_from}?)"
+        )
+    rank, world, local = (int(environ[n]) for n in names)
+    return ProcessRank(rank, world, local)
+
+
+def distributed_overrides(rank: ProcessRank, cpu: bool, visible_gpus: int = 0) -> List[str]:
+    """The hydra overrides that make fairseq one rank of a ``rank.world_size``-process job.
+
+    The GPU is the local rank among the GPUs this process sees (all of the node's,
+    or the one a SLURM GPU binding leaves it).
+    """
+    if rank.world_size == 1:
+        # a single process, even on a node with several GPUs (no spawning)
+        return ["distributed_training.distributed_world_size=1"]
+    device = 0 if cpu else rank.local_rank % max(1, visible_gpus)
+    out = [
+        f"distributed_training.distributed_world_size={rank.world_size}",
+        f"distributed_training.distributed_rank={rank.rank}",
+        f"distributed_training.device_id={device}",
+        "distributed_training.distributed_init_method=env://",
+        "distributed_training.distributed_no_spawn=true",
+    ]
+    if cpu:
+        out += ["distributed_training.distributed_backend=gloo", "distributed_training.ddp_backend=legacy_ddp"]
+    return out
+
+
+def split_argv(argv: List[str]):
+    """(``--ranks-from`` value or None, the fairseq-hydra-train arguments)."""
+    if argv[:1] == ["--ranks-from"]:
+        if len(argv) < 2 or argv[1] not in RANK_VARIABLES:
+            raise SystemExit(f"error: --ranks-from takes one of: {', '.join(RANK_VARIABLES)}")
+        return argv[1], argv[2:]
+    return None, argv
+
+
+def main(argv=None):
+    import torch
+
+    ranks_from, hydra_args = split_argv(list(sys.argv[1:] if argv is None else argv))
+    rank = process_rank(os.environ, ranks_from)
+    cpu = "common.cpu=true" in hydra_args or not torch.cuda.is_available()
+    overrides = distributed_overrides(rank, cpu, torch.cuda.device_count())
+
+    from fairseq_cli import hydra_train
+
+    sys.argv = ["fairseq-hydra-train", *hydra_args, *overrides]
+    hydra_train.cli_main()
+
+
+if __name__ == "__main__":
+    main()

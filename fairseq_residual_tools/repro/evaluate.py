@@ -1,0 +1,227 @@
+"""Evaluating one trained cell as the paper scores it, into one JSON file.
+
+``scripts/evaluate.sh --cell C`` ends up in ``evaluate``:
+
+1. a training whose log shows divergence (``training_log.divergence``: NaN,
+   exploding or stalled loss) is recorded as ``"status": "fails"``;
+2. otherwise the last N checkpoints are averaged (``averaging``);
+3. ``fairseq-generate`` decodes every test set of the dataset (beam 5, the
+   dataset's length penalty and max length, as configured in ``cells.DATASETS``);
+4. the output is scored as the paper's table is (``scoring``), and
+   ``results/cells/<cell>.json`` gets the scores, the checkpoints, the commands,
+   the versions, the git commit, the GPU count and the wall times.
+"""
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Dict, List
+
+from ..errors import DataError
+from ..training_log import divergence, read_log
+from . import scoring
+from .averaging import average_checkpoints, last_checkpoints
+from .cells import ROOT, Cell, parse_cell
+from .launch import PLUGIN_DIR
+
+
+def result_path(results_dir, cell: Cell) -> Path:
+    return Path(results_dir) / f"{cell.name}.json"
+
+
+def git_commit() -> str:
+    def git(*args):
+        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
+
+    commit = git("rev-parse", "HEAD") or "unknown"
+    return commit + ("+uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else "")
+
+
+def versions() -> Dict[str, str]:
+    import fairseq
+    import sacrebleu
+    import torch
+
+    return {
+        "python": sys.version.split()[0],
+        "fairseq": fairseq.__version__,
+        "torch": torch.__version__,
+        "sacrebleu": sacrebleu.__version__,
+    }
+
+
+def training_record(cell_dir: Path) -> dict:
+    """What the launches recorded (launch.json): commands, GPUs, batch, deviations, wall time."""
+    path = cell_dir / "launch.json"
+    launches = json.loads(path.read_text()) if path.is_file() else []
+    if not launches:
+        return {"launches": 0}
+    last = launches[-1]
+    return {
+        "launches": len(launches),
+        "command": last["shell"],
+        "launcher": last["launcher"],
+        "gpus": last["gpus_per_node"] * last["nodes"],
+        "nodes": last["nodes"],
+        "cpu": last["cpu"],
+        "effective_batch": last["batch"]["text"],
+        "deviations": last.get("deviations", []),
+        "wall_seconds": round(sum(r.get("wall_seconds", 0) for r in launches), 1),
+    }
+
+
+def generate(data, checkpoint, subset, evaluation, cpu, task_args, remove_bpe, out_file) -> scoring.Generation:
+    command = [
+        sys.executable,
+        "-m",
+        "fairseq_cli.generate",
+        str(data),
+        "--user-dir",
+        str(PLUGIN_DIR),
+        "--path",
+        str(checkpoint),
+        "--gen-subset",
+        subset,
+        "--beam",
+        str(evaluation.beam),
+        "--lenpen",
+        str(evaluation.lenpen),
+        "--max-len-a",
+        str(evaluation.max_len_a),
+        "--max-len-b",
+        str(evaluation.max_len_b),
+        "--max-tokens",
+        "4000" if cpu else "12000",
+        "--remove-bpe",
+        remove_bpe,
+        *task_args,
+        *(["--cpu"] if cpu else []),
+    ]
+    proc = subprocess.run(command, capture_output=True, text=True)
+    out_file = Path(out_file)
+    out_file.write_text(proc.stdout, encoding="utf-8")
+    out_file.with_suffix(".log").write_text(proc.stderr, encoding="utf-8")
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or [""])[-1]
+        raise DataError(
+            f"fairseq-generate failed on {subset} (exit {proc.returncode}): {last} "
+            f"(full output: {out_file.with_suffix('.log')})"
+        )
+    gen = scoring.parse_generate(proc.stdout)
+    gen.command = shlex.join(command)
+    return gen
+
+
+def wmt_test_sets(data: Path) -> Dict[str, str]:
+    """split -> test-set name, from data-prep's test_splits.json (newstest2014 alone without it)."""
+    path = data / "test_splits.json"
+    return json.loads(path.read_text()) if path.is_file() else {"test": "newstest2014"}
+
+
+def evaluate(args) -> dict:
+    cell = parse_cell(args.cell)
+    dataset = cell.config
+    ev = dataset.evaluation
+    cell_dir = Path(args.work).resolve() / cell.name
+    out_path = result_path(args.results, cell)
+    started = time.time()
+    record = {
+        "cell": cell.name,
+        "dataset": cell.dataset,
+        "scheme": cell.scheme,
+        "encoder_layers": cell.encoder_layers,
+        "decoder_layers": cell.decoder_layers,
+        "warmup": cell.warmup,
+        "training": training_record(cell_dir),
+        "versions": versions(),
+        "git_commit": git_commit(),
+        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    }
+    log = cell_dir / "train.log"
+    if not log.is_file():
+        raise DataError(f"{log} not found: train the cell first (scripts/train.sh --cell {cell.name})")
+    reason = divergence(read_log(log))
+    if reason:
+        record.update(status="fails", divergence=reason, scores={})
+        return _write(out_path, record)
+
+    checkpoints = last_checkpoints(cell_dir, args.average or ev.average_last, ev.checkpoints)
+    averaged = average_checkpoints(checkpoints, cell_dir / f"checkpoint.average{len(checkpoints)}.pt")
+    import torch
+
+    task = torch.load(averaged, map_location="cpu", weights_only=True)["cfg"]["task"]
+    data = Path(args.data or task["data"])
+    cpu = args.cpu or not torch.cuda.is_available()
+    eval_dir = cell_dir / "evaluation"
+    eval_dir.mkdir(exist_ok=True)
+    langs = ["--source-lang", str(task.get("source_lang")), "--target-lang", str(task.get("target_lang"))]
+    commands: List[str] = []
+
+    if cell.dataset == "iwslt14":
+        gen = generate(data, averaged, "test", ev, cpu, langs, "@@ ", eval_dir / "generate-test.txt")
+        commands.append(gen.command)
+        scores = scoring.score_iwslt(gen, str(task["target_lang"]))
+    elif cell.dataset == "wmt14":
+        generations = {}
+        for split, name in wmt_test_sets(data).items():
+            gen = generate(data, averaged, split, ev, cpu, langs, "@@ ", eval_dir / f"generate-{name}.txt")
+            commands.append(gen.command)
+            generations[name] = gen
+        scores = scoring.score_wmt(dict(sorted(generations.items())), str(task["target_lang"]))
+    else:
+        pairs = [p for p in str(task["lang_pairs"]).split(",") if p]
+        base = [
+            "--task",
+            "translation_multi_simple_epoch",
+            "--lang-pairs",
+            ",".join(pairs),
+            "--langs",
+            str(task["langs"]),
+            "--encoder-langtok",
+            str(task.get("encoder_langtok") or "tgt"),
+        ]
+        if task.get("decoder_langtok"):
+            base.append("--decoder-langtok")
+        directions = {}
+        for pair in pairs:
+            src, tgt = pair.split("-")
+            gen = generate(
+                data,
+                averaged,
+                "test",
+                ev,
+                cpu,
+                base + ["--source-lang", src, "--target-lang", tgt],
+                "sentencepiece",
+                eval_dir / f"generate-{pair}.txt",
+            )
+            commands.append(gen.command)
+            directions[pair] = scoring.sacrebleu_score(gen.hypotheses, gen.references, scoring.sacrebleu_tokenizer(tgt))
+        scores = scoring.score_opus(directions)
+
+    record.update(
+        status="measured",
+        scores=scores,
+        scoring=ev.scoring,
+        decoding={"beam": ev.beam, "lenpen": ev.lenpen, "max_len_a": ev.max_len_a, "max_len_b": ev.max_len_b},
+        checkpoints=[str(p) for p in checkpoints],
+        averaged_checkpoint=str(averaged),
+        evaluation={"commands": commands, "wall_seconds": round(time.time() - started, 1)},
+    )
+    return _write(out_path, record)
+
+
+def _write(path: Path, record: dict) -> dict:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    headline = {k: v for k, v in record["scores"].items() if k in ("bleu", "sacrebleu", "EX", "XE", "ALL")}
+    print(f"{record['cell']}: {record['status']} {headline or record.get('divergence', '')}")
+    if record["status"] == "measured":
+        print(f"scored as: {record['scoring']}")
+        if "sacrebleu_signature" in record["scores"]:
+            print(f"sacrebleu signature: {record['scores']['sacrebleu_signature']}")
+    print(f"wrote {path}")
+    return record

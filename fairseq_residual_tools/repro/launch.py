@@ -1,0 +1,383 @@
+"""Training one cell: the batch kept at the paper's size, the launch command, resume, the log.
+
+``scripts/train.sh --cell C [--gpus G] [--nodes N] [--dry-run]`` ends up in
+``train_main``. What it runs is fairseq-hydra-train with the cell's config,
+started once per GPU by torch.distributed's own launchers:
+
+* one process:          ``python -m fairseq_residual_tools.repro.distributed_train ARGS``
+* G GPUs on one node:   ``torchrun --standalone --nproc-per-node G -m fairseq_residual_tools.repro.distributed_train ARGS``
+* N nodes, no SLURM:    the same torchrun command with ``--nnodes N --node-rank R --master-addr HOST``,
+                        run on every node (``--node-rank`` / ``--master-addr`` given to train.sh)
+* N nodes in SLURM:     ``srun --nodes N --ntasks-per-node G python -m ... --ranks-from slurm ARGS``
+                        from inside the allocation (sbatch), MASTER_ADDR = first node
+
+(see ``distributed_train`` for why each process is given its rank explicitly).
+Everything a cell writes goes to its folder, ``<work>/<cell name>/``: checkpoints,
+``train.log`` (the console output of every launch, appended), ``launch.json``
+(the commands, batch and wall time of every launch) and ``train.done`` once
+fairseq finished. fairseq itself resumes from ``checkpoint_last.pt`` in that
+folder (model, optimizer, schedule and data position).
+"""
+
+import functools
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+import warnings
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from ..errors import ConfigError, DataError
+from ..training_log import divergence, read_log
+from .cells import CONFIG_DIR, NOT_IMPLEMENTED, ROOT, Cell, parse_cell
+from .estimates import estimate
+
+PLUGIN_DIR = ROOT / "fairseq_residual"
+ENTRY = "fairseq_residual_tools.repro.distributed_train"
+#: smallest per-GPU batch the launcher chooses by itself: fairseq needs every
+#: sentence (up to ~250 BPE tokens here) to fit one batch, and tiny batches waste GPUs
+MIN_MAX_TOKENS = 1024
+DEFAULT_MASTER_PORT = 29500
+
+
+@dataclass(frozen=True)
+class Batch:
+    gpus: int  # processes in the job (GPUs x nodes)
+    max_tokens: int  # per GPU and forward pass
+    update_freq: int  # forward passes accumulated per update
+    reference: str  # the paper's setting, in words
+    reference_tokens: int  # the paper's effective batch
+
+    @property
+    def tokens(self) -> int:
+        return self.gpus * self.max_tokens * self.update_freq
+
+    def describe(self) -> str:
+        text = (
+            f"effective batch: {self.gpus} GPU{'s' if self.gpus > 1 else ''} x {self.max_tokens} max tokens "
+            f"x update_freq {self.update_freq} = {self.tokens:,} tokens per update "
+            f"(the paper's config: {self.reference} = {self.reference_tokens:,})"
+        )
+        if self.tokens != self.reference_tokens:
+            text += "  WARNING: differs from the paper's effective batch"
+        return text
+
+
+def derive_batch(
+    gpus: int,
+    ref_max_tokens: int,
+    ref_update_freq: int,
+    ref_gpus: int = 1,
+    max_tokens: Optional[int] = None,
+    update_freq: Optional[int] = None,
+) -> Batch:
+    """update_freq (and if needed max_tokens) for ``gpus`` GPUs that keep the paper's effective batch.
+
+    The paper's batch is ref_gpus x ref_max_tokens x ref_update_freq tokens. With more
+    GPUs, update_freq shrinks; once it reaches 1, max_tokens shrinks (down to
+    MIN_MAX_TOKENS). Giving both ``max_tokens`` and ``update_freq`` chooses another
+    batch deliberately (the printed line says it differs).
+    """
+    reference = (
+        f"{ref_gpus} GPU{'s' if ref_gpus > 1 else ''} (assumed) x {ref_max_tokens} x update_freq {ref_update_freq}"
+    )
+    total = ref_gpus * ref_max_tokens * ref_update_freq
+    if max_tokens is not None and update_freq is not None:
+        return Batch(gpus, max_tokens, update_freq, reference, total)
+    if update_freq is not None:
+        if total % (gpus * update_freq):
+            raise ConfigError(
+                f"--update-freq {update_freq} on {gpus} GPUs cannot make the paper's batch of "
+                f"{total:,} tokens; give --max-tokens too to choose another batch"
+            )
+        return Batch(gpus, total // (gpus * update_freq), update_freq, reference, total)
+    candidates = [max_tokens] if max_tokens is not None else range(ref_max_tokens, MIN_MAX_TOKENS - 1, -1)
+    for tokens in candidates:
+        if total % (gpus * tokens) == 0:
+            return Batch(gpus, tokens, total // (gpus * tokens), reference, total)
+    raise ConfigError(
+        f"the paper's effective batch of {total:,} tokens cannot be split evenly over {gpus} GPUs"
+        + (f" with --max-tokens {max_tokens}" if max_tokens else f" with at least {MIN_MAX_TOKENS} tokens per GPU")
+        + "; use a GPU count that divides it, or give --max-tokens and --update-freq to choose another batch"
+    )
+
+
+# ----------------------------------------------------------------------------- the configuration
+
+
+def compose(cell: Cell, overrides: List[str] = ()):
+    """The cell's full fairseq configuration, composed as fairseq-hydra-train does."""
+    from fairseq.dataclass.initialize import add_defaults, hydra_init
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    import fairseq_residual  # noqa: F401  (registers the model's options)
+
+    name = cell.config.config_name
+    hydra_init(name)
+    with warnings.catch_warnings():
+        # hydra's deprecation notes about fairseq's own config layout (schema matching, _group_)
+        warnings.simplefilter("ignore", UserWarning)
+        with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.1"):
+            cfg = hydra_compose(name, overrides=[*cell.overrides(), *overrides])
+    add_defaults(cfg)
+    return cfg
+
+
+def multilingual_overrides(data: Path, dry_run: bool) -> List[str]:
+    """task.lang_pairs / task.langs from the OPUS-100 data-bin (data-prep writes them)."""
+    out = []
+    for key, file in (("lang_pairs", "lang_pairs.txt"), ("langs", "langs.txt")):
+        path = data / file
+        if path.is_file():
+            out.append(f"task.{key}='{path.read_text(encoding='utf-8').strip()}'")
+        elif dry_run:
+            out.append(f"task.{key}='<{path} (not there yet: data-prep/prepare-opus100.sh)>'")
+        else:
+            raise DataError(f"{path} not found: prepare OPUS-100 with data-prep/prepare-opus100.sh, or give --data")
+    return out
+
+
+# ----------------------------------------------------------------------------- the commands
+
+
+@dataclass
+class LaunchPlan:
+    cell: str
+    cell_dir: str
+    data: str
+    launcher: str  # single, torchrun or srun
+    gpus_per_node: int
+    nodes: int
+    cpu: bool
+    batch: Dict[str, object]
+    command: List[str]
+    env: Dict[str, str] = field(default_factory=dict)  # set for the command, on top of the environment
+    #: how this launch departs from the paper's setting (shown next to its scores in the tables)
+    deviations: List[str] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+
+    def shell(self) -> str:
+        prefix = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
+        return " ".join(prefix + [shlex.quote(a) for a in self.command])
+
+
+def choose_launcher(requested: str, processes: int, nodes: int, environ) -> str:
+    if requested != "auto":
+        return requested
+    if nodes > 1:
+        return "srun" if "SLURM_JOB_ID" in environ else "torchrun"
+    return "torchrun" if processes > 1 else "single"
+
+
+def slurm_master_addr(environ) -> str:
+    nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
+    if not nodelist:
+        return "<first host of $SLURM_JOB_NODELIST: run inside the allocation>"
+    hosts = subprocess.run(["scontrol", "show", "hostnames", nodelist], capture_output=True, text=True, check=True)
+    return hosts.stdout.split()[0]
+
+
+def plan_launch(args, environ=os.environ, entry_module: str = ENTRY) -> LaunchPlan:
+    cell = parse_cell(args.cell)
+    if not cell.implemented:
+        raise ConfigError(f"{cell.name}: {NOT_IMPLEMENTED} ({cell.scheme!r} is not in fairseq_residual.schemes yet)")
+    dataset = cell.config
+    data = Path(args.data or ROOT / dataset.data).resolve()
+    cell_dir = Path(args.work).resolve() / cell.name
+    extra = list(args.overrides)
+
+    cfg = dataset_config(cell.dataset, tuple(extra))
+    gpus_per_node = args.gpus or 1
+    processes = gpus_per_node * args.nodes
+    reference_gpus = args.reference_gpus or dataset.reference_gpus
+    batch = derive_batch(
+        processes,
+        int(cfg.dataset.max_tokens),
+        int(cfg.optimization.update_freq[0]),
+        reference_gpus,
+        args.max_tokens,
+        args.update_freq,
+    )
+    hydra_args = [
+        "--config-dir",
+        str(CONFIG_DIR),
+        "--config-name",
+        dataset.config_name,
+        *cell.overrides(),
+        f"task.data={data}",
+        *(multilingual_overrides(data, args.dry_run) if dataset.name == "opus100" else []),
+        f"common.user_dir={PLUGIN_DIR}",
+        f"checkpoint.save_dir={cell_dir}",
+        f"dataset.max_tokens={batch.max_tokens}",
+        f"optimization.update_freq=[{batch.update_freq}]",
+        f"hydra.run.dir={cell_dir / 'hydra'}",
+        *(["common.cpu=true"] if args.cpu else []),
+        *extra,
+    ]
+    launcher = choose_launcher(args.launcher, processes, args.nodes, environ)
+    entry = [sys.executable, "-m", entry_module]
+    env, notes = {}, []
+    if launcher == "single":
+        if processes > 1:
+            raise ConfigError(f"--launcher single runs one process, not {processes}")
+        command = entry + hydra_args
+    elif launcher == "torchrun":
+        rdzv = ["--standalone", "--nnodes=1"]
+        if args.nodes > 1:
+            if args.node_rank is None or not args.master_addr:
+                raise ConfigError(
+                    f"{args.nodes} nodes with torchrun: run train.sh on every node with --node-rank "
+                    "(0..N-1) and --master-addr (the host of node 0), or launch inside SLURM (srun)"
+                )
+            rdzv = [
+                f"--nnodes={args.nodes}",
+                f"--node-rank={args.node_rank}",
+                f"--master-addr={args.master_addr}",
+                f"--master-port={args.master_port}",
+            ]
+        command = [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            *rdzv,
+            f"--nproc-per-node={gpus_per_node}",
+            "-m",
+            entry_module,
+            *hydra_args,
+        ]
+    elif launcher == "srun":
+        env = {"MASTER_ADDR": args.master_addr or slurm_master_addr(environ), "MASTER_PORT": str(args.master_port)}
+        command = [
+            "srun",
+            f"--nodes={args.nodes}",
+            f"--ntasks-per-node={gpus_per_node}",
+            "--kill-on-bad-exit=1",
+            *entry,
+            "--ranks-from",
+            "slurm",
+            *hydra_args,
+        ]
+    else:
+        raise ConfigError(f"unknown launcher {launcher!r}; choose auto, single, torchrun or srun")
+    if processes > 1 and args.cpu:
+        notes.append(f"{processes} CPU processes, gloo backend")
+    if not extra:
+        hours = estimate(cell, cfg, reference_gpus).gpu_hours
+        notes.append(f"estimated training: ~{hours} GPU-hours on A100-class GPUs (an estimate: docs/reproduce.md)")
+    deviations = [f"overrides: {' '.join(extra)}"] if extra else []
+    if args.cpu:
+        deviations.append("trained on CPU")
+    if batch.tokens != batch.reference_tokens:
+        deviations.append(f"effective batch {batch.tokens:,} tokens instead of {batch.reference_tokens:,}")
+    return LaunchPlan(
+        cell=cell.name,
+        cell_dir=str(cell_dir),
+        data=str(data),
+        launcher=launcher,
+        gpus_per_node=gpus_per_node,
+        nodes=args.nodes,
+        cpu=args.cpu,
+        batch={**asdict(batch), "tokens": batch.tokens, "text": batch.describe()},
+        command=command,
+        env=env,
+        deviations=deviations,
+        notes=notes,
+    )
+
+
+@functools.lru_cache(maxsize=None)
+def dataset_config(dataset: str, extra: tuple = ()):
+    """The dataset's config with ``extra`` (composing also checks the overrides).
+
+    What the launcher reads from it -- the batch, the model width -- does not depend
+    on the scheme or the depth, so one composition serves all the dataset's cells.
+    """
+    probe = Cell(dataset, "residual", 1, 1)
+    # the data and OPUS-100's language lists need not exist to compose
+    placeholders = ["task.data=/unused"] + (
+        ["task.lang_pairs=en-de", "task.langs=[de,en]"] if dataset == "opus100" else []
+    )
+    return compose(probe, [*placeholders, *extra])
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def run_logged(command: List[str], env: Dict[str, str], log_path: Path) -> int:
+    """Run ``command``, copying its output (stdout and stderr) to the console and to ``log_path``."""
+    with open(log_path, "a", encoding="utf-8") as log:
+        proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**os.environ, **env},
+            errors="replace",
+        )
+        for line in proc.stdout:
+            sys.stdout.write(line)
+            log.write(line)
+            log.flush()
+        return proc.wait()
+
+
+def append_launch_record(cell_dir: Path, record: dict):
+    path = cell_dir / "launch.json"
+    records = json.loads(path.read_text()) if path.is_file() else []
+    records.append(record)
+    path.write_text(json.dumps(records, indent=1) + "\n")
+
+
+def train(args, entry_module: str = ENTRY) -> int:
+    plan = plan_launch(args, entry_module=entry_module)
+    cell_dir = Path(plan.cell_dir)
+    print(
+        f"cell {plan.cell}: {plan.launcher} launch, {plan.nodes} node(s) x {plan.gpus_per_node} "
+        f"{'CPU process' if plan.cpu else 'GPU'}(s); folder {cell_dir}"
+    )
+    print(plan.batch["text"])
+    for note in plan.notes:
+        print(note)
+    last = cell_dir / "checkpoint_last.pt"
+    done = cell_dir / "train.done"
+    if done.is_file():
+        print(f"already trained ({done}); remove that file to train further")
+    elif last.is_file():
+        print(f"resuming from {last} (fairseq restores model, optimizer, schedule and data position)")
+    else:
+        print("no checkpoint_last.pt yet: training from the start")
+    print(plan.shell())
+    if args.dry_run or done.is_file():
+        return 0
+
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    log_path = cell_dir / "train.log"
+    started = time.time()
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"### {time.strftime('%Y-%m-%d %H:%M:%S')} launch: {plan.shell()}\n")
+    rc = run_logged(plan.command, plan.env, log_path)
+    wall = round(time.time() - started, 1)
+    append_launch_record(
+        cell_dir,
+        {
+            **asdict(plan),
+            "shell": plan.shell(),
+            "returncode": rc,
+            "wall_seconds": wall,
+            "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
+        },
+    )
+    if rc == 0:
+        done.write_text(f"fairseq-hydra-train finished at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        return 0
+    reason = divergence(read_log(log_path))
+    if reason:
+        print(f'{plan.cell}: training diverged: {reason} -- the tables report it as "fails"')
+    else:
+        print(f"{plan.cell}: training stopped with exit status {rc}; see {log_path}")
+    return rc

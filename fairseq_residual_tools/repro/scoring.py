@@ -1,0 +1,141 @@
+"""BLEU as each of the paper's tables reports it.
+
+* IWSLT-14: the BLEU that ``fairseq-generate --remove-bpe`` prints -- fairseq's
+  own scorer over whitespace tokens of the tokenised, lowercased reference and
+  hypothesis, BPE removed. SacreBLEU on Moses-detokenised text as a second figure.
+* WMT'14: tokenised BLEU "with compound splitting" per test set (fairseq's
+  ``compound_split_bleu.sh``: ``a-b`` becomes ``a ##AT##-##AT## b`` on both sides,
+  then ``fairseq-score``), averaged over newstest2010-2016. SacreBLEU (with its
+  signature) on detokenised text as a second figure.
+* OPUS-100: SacreBLEU per direction on decoded text, averaged over English->X
+  (EX), X->English (XE) and all directions (ALL).
+"""
+
+import re
+from dataclasses import dataclass
+from statistics import mean
+from typing import Dict, List, Tuple
+
+_LINE = re.compile(r"^([STHDP])-(\d+)\t(.*)$")
+_BLEU = re.compile(r"^Generate \S+ with beam=\d+: (BLEU4? = ([0-9.]+).*)$", re.M)
+
+
+@dataclass
+class Generation:
+    """What ``fairseq-generate`` printed for one test set, in test-set order."""
+
+    hypotheses: List[str]  # H- lines (post-processed: BPE removed)
+    references: List[str]  # T- lines
+    fairseq_bleu: float = None  # the "Generate ... BLEU4 = x" figure, when printed
+    fairseq_bleu_line: str = ""
+    command: str = ""  # the fairseq-generate command line
+
+
+def parse_generate(text: str) -> Generation:
+    hyps: Dict[int, str] = {}
+    refs: Dict[int, str] = {}
+    for line in text.splitlines():
+        m = _LINE.match(line)
+        if not m:
+            continue
+        kind, idx, rest = m[1], int(m[2]), m[3]
+        if kind == "H":
+            hyps[idx] = rest.split("\t", 1)[1] if "\t" in rest else ""
+        elif kind == "T":
+            refs[idx] = rest
+    if hyps.keys() != refs.keys():
+        raise ValueError(f"fairseq-generate output has {len(hyps)} hypotheses for {len(refs)} references")
+    order = sorted(hyps)
+    bleu = _BLEU.search(text)
+    return Generation(
+        hypotheses=[hyps[i] for i in order],
+        references=[refs[i] for i in order],
+        fairseq_bleu=float(bleu[2]) if bleu else None,
+        fairseq_bleu_line=bleu[1] if bleu else "",
+    )
+
+
+def compound_split(line: str) -> str:
+    """fairseq's compound_split_bleu.sh: ``perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g'``."""
+    return re.sub(r"(\S)-(\S)", r"\1 ##AT##-##AT## \2", line)
+
+
+def tokenized_bleu(hypotheses: List[str], references: List[str]) -> Tuple[float, str]:
+    """BLEU-4 over whitespace tokens with fairseq's scorer, as ``fairseq-score`` computes it."""
+    from fairseq.data import Dictionary
+    from fairseq.scoring.bleu import BleuConfig, Scorer
+
+    vocab = Dictionary()
+    scorer = Scorer(BleuConfig(pad=vocab.pad(), eos=vocab.eos(), unk=vocab.unk()))
+    for hyp, ref in zip(hypotheses, references, strict=True):
+        scorer.add(vocab.encode_line(ref, add_if_not_exist=True), vocab.encode_line(hyp, add_if_not_exist=True))
+    return round(scorer.score(order=4), 2), scorer.result_string()
+
+
+def detokenize(lines: List[str], lang: str) -> List[str]:
+    from sacremoses import MosesDetokenizer
+
+    detok = MosesDetokenizer(lang=lang)
+    return [detok.detokenize(line.split()) for line in lines]
+
+
+def sacrebleu_score(hypotheses: List[str], references: List[str], tokenize: str = "13a") -> Tuple[float, str]:
+    from sacrebleu.metrics import BLEU
+
+    metric = BLEU(tokenize=tokenize)
+    score = metric.corpus_score(hypotheses, [references])
+    return round(score.score, 2), str(metric.get_signature())
+
+
+def sacrebleu_tokenizer(target_lang: str) -> str:
+    return "zh" if target_lang.startswith("zh") else "13a"
+
+
+# ----------------------------------------------------------------------------- one table each
+
+
+def score_iwslt(gen: Generation, target_lang: str) -> dict:
+    if gen.fairseq_bleu is None:
+        raise ValueError("fairseq-generate printed no BLEU line")
+    sacre, signature = sacrebleu_score(detokenize(gen.hypotheses, target_lang), detokenize(gen.references, target_lang))
+    return {
+        "bleu": gen.fairseq_bleu,
+        "bleu_detail": gen.fairseq_bleu_line,
+        "sacrebleu": sacre,
+        "sacrebleu_signature": signature,
+        "sentences": len(gen.hypotheses),
+    }
+
+
+def score_wmt(generations: Dict[str, Generation], target_lang: str) -> dict:
+    """Per test set (name -> generation) and the averages over them."""
+    per_set = {}
+    for name, gen in generations.items():
+        bleu, detail = tokenized_bleu(
+            [compound_split(h) for h in gen.hypotheses], [compound_split(r) for r in gen.references]
+        )
+        sacre, signature = sacrebleu_score(
+            detokenize(gen.hypotheses, target_lang), detokenize(gen.references, target_lang)
+        )
+        per_set[name] = {"bleu": bleu, "bleu_detail": detail, "sacrebleu": sacre, "sentences": len(gen.hypotheses)}
+    return {
+        "bleu": round(mean(s["bleu"] for s in per_set.values()), 2),
+        "sacrebleu": round(mean(s["sacrebleu"] for s in per_set.values()), 2),
+        "sacrebleu_signature": signature,
+        "test_sets": per_set,
+        "averaged_over": list(per_set),
+    }
+
+
+def score_opus(directions: Dict[str, Tuple[float, str]]) -> dict:
+    """EX / XE / ALL from per-direction sacrebleu scores (``"en-de" -> (score, signature)``)."""
+    scores = {d: s for d, (s, _) in directions.items()}
+    ex = [s for d, s in scores.items() if d.startswith("en-")]
+    xe = [s for d, s in scores.items() if d.endswith("-en")]
+    return {
+        "EX": round(mean(ex), 2) if ex else None,
+        "XE": round(mean(xe), 2) if xe else None,
+        "ALL": round(mean(scores.values()), 2),
+        "directions": scores,
+        "sacrebleu_signatures": sorted({sig for _, sig in directions.values()}),
+    }
