@@ -9,6 +9,8 @@ for what it does not name, and a value given on the command line always wins.
 
 from fairseq.models import register_model_architecture
 
+from . import model  # noqa: F401  (registers residual_transformer, which the presets extend)
+
 
 def _default(args, name, value):
     if getattr(args, name, None) is None:
