@@ -32,6 +32,7 @@ setup(
         "sacremoses==0.2.0",
         "subword-nmt==0.3.8",
         "sentencepiece==0.2.3",
+        "tabulate==0.10.0",
         "matplotlib==3.11.2; python_version >= '3.11'",
         "matplotlib>=3.5; python_version < '3.11'",
     ],

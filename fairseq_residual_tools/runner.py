@@ -1,0 +1,73 @@
+"""Running fairseq's command-line tools with their output in a log file.
+
+One way to run a CLI for every tool (demo, study, reproduction harness): the command line
+is written to the log first (``$ python -m fairseq_cli.train ...``, so a log that several
+attempts appended to shows where each began), then the process's stdout and stderr,
+line by line; a non-zero exit raises ``RunError`` naming the last log line and the log.
+"""
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+from typing import Callable, Dict, List, Optional, Sequence
+
+from .errors import UserError
+
+#: the plugin that ``--user-dir`` loads
+PLUGIN_DIR = Path(__file__).resolve().parents[1] / "fairseq_residual"
+
+
+class RunError(UserError):
+    """A command exited with a non-zero status; its log says why."""
+
+    def __init__(self, label: str, returncode: int, last_line: str, log_path: Path):
+        self.label, self.returncode, self.last_line, self.log_path = label, returncode, last_line, Path(log_path)
+        super().__init__(
+            f"{label} failed (exit status {returncode}): {last_line or '(no output)'}; full log: {log_path}"
+        )
+
+
+def fairseq_command(entry: str, *args: object) -> List[str]:
+    """``python -m fairseq_cli.<entry> ARGS`` through this interpreter (its environment, its fairseq)."""
+    return [sys.executable, "-m", f"fairseq_cli.{entry}", *map(str, args)]
+
+
+def run_logged(
+    cmd: Sequence[str],
+    log_path: Path,
+    *,
+    env: Optional[Dict[str, str]] = None,
+    label: Optional[str] = None,
+    on_line: Optional[Callable[[str], None]] = None,
+) -> None:
+    """Run ``cmd`` with stdout and stderr appended to ``log_path``; raise ``RunError`` if it fails.
+
+    ``env`` is set on top of this process's environment; ``on_line`` sees every output line as
+    it is logged (for progress on the console); ``label`` names the command in the error.
+    """
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    last_line = ""
+    with open(log_path, "a", encoding="utf-8") as log:
+        log.write(f"$ {shlex.join(map(str, cmd))}\n")
+        log.flush()
+        proc = subprocess.Popen(
+            list(map(str, cmd)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            errors="replace",
+            env={**os.environ, **(env or {})},
+        )
+        for line in proc.stdout:
+            log.write(line)
+            log.flush()
+            if line.strip():
+                last_line = line.strip()
+            if on_line is not None:
+                on_line(line)
+        returncode = proc.wait()
+    if returncode != 0:
+        raise RunError(label or Path(cmd[0]).name, returncode, last_line, log_path)
