@@ -47,12 +47,21 @@ def _wrap_layer(layer, cfg):
     return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
 
 
+def _hidden_states(scheme, carried, embed_dim):
+    return [scheme.hidden_state(state, embed_dim) for state in carried]
+
+
 class ResidualTransformerEncoder(TransformerEncoderBase):
     def __init__(self, cfg, dictionary, embed_tokens, return_fc=False):
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
-        self.layer_norm = get_scheme(cfg.residual_scheme).build_stack_output(
-            self.layer_norm, embed_tokens.embedding_dim, cfg
-        )
+        self.scheme = get_scheme(cfg.residual_scheme)
+        self.layer_norm = self.scheme.build_stack_output(self.layer_norm, embed_tokens.embedding_dim, cfg)
+
+    def forward_scriptable(self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None):
+        """fairseq's forward; ``encoder_states`` as the scheme records them (embed_dim wide)."""
+        out = super().forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
+        out["encoder_states"] = _hidden_states(self.scheme, out["encoder_states"], self.embed_tokens.embedding_dim)
+        return out
 
     def build_encoder_layer(self, cfg):
         layer_cls = get_scheme(cfg.residual_scheme).encoder_layer_cls
@@ -68,9 +77,16 @@ class ResidualTransformerDecoder(TransformerDecoderBase):
             no_encoder_attn=no_encoder_attn,
             output_projection=output_projection,
         )
-        self.layer_norm = get_scheme(cfg.residual_scheme).build_stack_output(
-            self.layer_norm, embed_tokens.embedding_dim, cfg
+        self.scheme = get_scheme(cfg.residual_scheme)
+        self.layer_norm = self.scheme.build_stack_output(self.layer_norm, embed_tokens.embedding_dim, cfg)
+
+    def extract_features_scriptable(self, prev_output_tokens, encoder_out, incremental_state=None, *args, **kwargs):
+        """fairseq's; ``inner_states`` as the scheme records them (embed_dim wide)."""
+        x, extra = super().extract_features_scriptable(
+            prev_output_tokens, encoder_out, incremental_state, *args, **kwargs
         )
+        extra["inner_states"] = _hidden_states(self.scheme, extra["inner_states"], self.embed_dim)
+        return x, extra
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         layer_cls = get_scheme(cfg.residual_scheme).decoder_layer_cls

@@ -69,6 +69,15 @@ def random_batch(task, batch=3, src_len=7, tgt_len=6, seed=0):
     return src, src_lengths, prev
 
 
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models run fastest on one thread, and then a busy machine cannot oversubscribe them."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 def run_cli(args, cwd, check=True, env=None):
     """Run a fairseq CLI as a subprocess with the project's interpreter."""
     full_env = dict(os.environ, PYTHONWARNINGS="ignore")

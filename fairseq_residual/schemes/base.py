@@ -10,7 +10,9 @@ A scheme decides four things and nothing else:
   once after the last layer);
 * anything it must do once to a freshly built model (``initialize``: depth-dependent
   initialisation that needs the whole model, per-layer values that need the layer's
-  index, state kept in the checkpoint).
+  index, state kept in the checkpoint);
+* if it carries more than the hidden state between layers (ResiDual's two paths), the
+  hidden state fairseq records (``hidden_state``).
 
 Everything else (embeddings, attention, FFN, incremental decoding, beam search)
 is fairseq's code, shared by all schemes.
@@ -22,7 +24,7 @@ from fairseq.modules.transformer_layer import (
     TransformerDecoderLayerBase,
     TransformerEncoderLayerBase,
 )
-from torch import nn
+from torch import Tensor, nn
 
 
 class ResidualScheme:
@@ -44,6 +46,17 @@ class ResidualScheme:
         ``normalize_before`` setting (a final LayerNorm for Pre-LN, None for Post-LN).
         """
         return fairseq_default
+
+    def hidden_state(self, carried: Tensor, embed_dim: int) -> Tensor:
+        """The hidden state recorded for what fairseq's layer loop ``carried`` into or out of a layer.
+
+        fairseq's ``encoder_states`` (``return_all_hiddens``) and the decoder's ``inner_states``
+        list the embedding and then every layer's output, before the stack-top module. Every
+        scheme records embed_dim-wide states: the output of the layer's last sub-layer, i.e.
+        its last LayerNorm for Post-LN wirings and the residual stream for Pre-LN ones. The
+        default: what the loop carries is that state.
+        """
+        return carried
 
     def initialize(self, model, cfg) -> None:
         """Called once on every freshly built model, before a checkpoint (if any) is loaded.

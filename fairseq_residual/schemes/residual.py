@@ -23,7 +23,8 @@ Between layers the two paths travel through fairseq's unchanged layer loops as
 one tensor, ``[x^ln ; x^d]`` concatenated on the feature axis (time and batch
 axes stay where fairseq expects them, so masks, incremental state and beam
 reordering are untouched). A tensor of width ``embed_dim`` is the plain
-embedding that enters the first layer.
+embedding that enters the first layer. The hidden states fairseq records
+(``encoder_states``, ``inner_states``) are the x^ln halves (``ResiDual.hidden_state``).
 """
 
 from typing import Tuple
@@ -122,3 +123,9 @@ class ResiDual(ResidualScheme):
 
     def build_stack_output(self, fairseq_default, embed_dim, cfg):
         return DualStreamOutput(embed_dim, cfg.dual_stream_scale)
+
+    def hidden_state(self, carried, embed_dim):
+        """x^ln: the embedding x^ln_1, then each layer's Post-LN output x^ln_{l+1}; the last state is
+        x^ln_{N+1}, not y = x^ln_{N+1} + LN(x^d_{N+1}) (that is the stack's output), as fairseq's
+        Pre-LN records its last layer's output, not the final LayerNorm of it. A view, no copy."""
+        return carried.narrow(-1, 0, embed_dim)
