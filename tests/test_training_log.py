@@ -52,3 +52,51 @@ def test_simple_format_and_validation_lines():
     )
     log = parse_log(text)
     assert log.valid == [(50, 8.2)] and log.train == [(10, 9.1)]
+
+
+# Training curves recorded by the CPU study (results/cpu-study/results.json, runs[].train_curve):
+# E12D12, width 64, lr 0.002 with 40 warmup updates, loss logged every 10 updates.
+# Post-LN reaches the unigram plateau (~9.0) by update 50 and stays there; ResiDual keeps learning.
+RECORDED_STUCK_POST_E12D12 = [
+    11.54,
+    10.76,
+    10.25,
+    9.48,
+    9.16,
+    9.04,
+    9.07,
+    9.02,
+    9.07,
+    9.01,
+    8.97,
+    9.05,
+    8.91,
+    8.98,
+    9.03,
+]
+RECORDED_HEALTHY_RESIDUAL_E12D12 = [
+    12.61, 10.96, 10.35, 9.49, 9.19, 9.03, 9.01, 8.83, 8.77, 8.63, 8.49, 8.54, 8.3, 8.29, 8.32,
+]  # fmt: skip
+
+
+def test_a_recorded_run_stuck_on_the_plateau_fails():
+    reason = divergence(parse_log(json_lines(RECORDED_STUCK_POST_E12D12)))
+    assert reason is not None and "plateau" in reason
+
+
+def test_a_recorded_healthy_run_of_the_same_length_trains():
+    assert divergence(parse_log(json_lines(RECORDED_HEALTHY_RESIDUAL_E12D12))) is None
+
+
+def test_a_converged_run_is_not_a_plateau():
+    # fast learning, then flat far below the starting loss: converged, not stuck
+    losses = [11.0, 6.0, 3.0] + [2.0 + 0.01 * (i % 3) for i in range(12)]
+    assert divergence(parse_log(json_lines(losses))) is None
+
+
+def test_a_resumed_run_counts_each_update_once():
+    # a run resumed from checkpoint_last.pt logs the updates after that checkpoint again
+    valid = '2026 | INFO | valid | {"epoch": 1, "valid_loss": "8.5", "valid_num_updates": "30"}'
+    log = parse_log("\n".join([json_lines([9.0, 8.0, 7.0]), valid, json_lines([7.1], start=30), valid]))
+    assert log.train == [(10, 9.0), (20, 8.0), (30, 7.1)]
+    assert log.valid == [(30, 8.5)]
