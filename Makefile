@@ -1,25 +1,33 @@
-# make test  -- create .venv (once), install the package and its pinned deps, run the tests
-# make demo  -- same environment, then train Post-LN / Pre-LN / ResiDual on the embedded corpus
-# make bench -- same environment, then the side-by-side speed / memory benchmark
+# make install -- create .venv (once), install the package with every extra at the tested versions (constraints.txt)
+# make test    -- same environment, then the test suite (pytest -m "not slow" skips the fairseq subprocess tests)
+# make lint    -- ruff (lint + format check) over the repository, mypy on the plugin
+# make demo    -- same environment, then train Post-LN / Pre-LN / ResiDual on the embedded corpus
+# make bench   -- same environment, then the side-by-side speed / memory benchmark
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-# the install is redone only when setup.py changes
+PIP    := $(BIN)/pip install --disable-pip-version-check
+# the install is redone only when pyproject.toml or constraints.txt changes
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install test demo bench clean-venv
+.PHONY: install test lint demo bench constraints clean-venv
 
 install: $(STAMP)
 
-$(STAMP): setup.py
+$(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	# torch first, from the pinned CPU build, so that no other build is resolved
-	$(BIN)/pip install --disable-pip-version-check torch==2.13.0
-	$(BIN)/pip install --disable-pip-version-check -e '.[test]'
+	# torch first, at the tested version: the CPU build where one is offered, so that no other build is resolved
+	$(PIP) -c constraints.txt torch
+	$(PIP) -c constraints.txt -e '.[data,analysis,test]'
 	touch $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
 
 demo: $(STAMP)
 	$(BIN)/python -m fairseq_residual_tools.demo.run
@@ -27,6 +35,12 @@ demo: $(STAMP)
 # throughput / memory of every scheme vs fairseq's stock transformer -> results/bench/ (< 15 min)
 bench: $(STAMP)
 	$(BIN)/python scripts/bench.py
+
+# after a tested upgrade of .venv: write its exact versions to constraints.txt (torch without its +cpu label)
+constraints: $(STAMP)
+	{ sed -n '/^#/p' constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^#' \
+		| sed 's/^torch==\([0-9.]*\)+cpu$$/torch==\1/'; } > constraints.txt.new
+	mv constraints.txt.new constraints.txt
 
 clean-venv:
 	rm -rf $(VENV)

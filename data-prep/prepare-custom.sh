@@ -1,7 +1,4 @@
 #!/usr/bin/env bash
-# Prepare custom: see data-prep/README.md, or run with --help.
+# Prepare custom: see data-prep/README.md, or run with --help. The project's .venv first, else the active environment.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-if [[ -x "$ROOT/.venv/bin/python" ]]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON="${PYTHON:-python3}"; fi
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-exec "$PYTHON" -m fairseq_residual_tools.dataprep.custom "$@"
+PATH="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv/bin:$PATH" exec fairseq-residual-prepare-custom "$@"

@@ -18,7 +18,7 @@ import torch
 try:  # numpy >= 2
     from numpy._core.multiarray import _reconstruct as _numpy_reconstruct
 except ImportError:  # numpy 1.x
-    from numpy.core.multiarray import _reconstruct as _numpy_reconstruct
+    from numpy.core.multiarray import _reconstruct as _numpy_reconstruct  # type: ignore[no-redef]
 
 #: the non-tensor globals found in checkpoints written by fairseq-train, surveyed
 #: with ``torch.serialization.get_unsafe_globals_in_checkpoint``:

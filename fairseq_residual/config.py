@@ -15,6 +15,7 @@ encoder/decoder classes.
 import dataclasses
 from argparse import Namespace
 from dataclasses import MISSING, field, fields, make_dataclass
+from typing import Any, Dict, List, Tuple, cast
 
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.models.transformer import TransformerConfig
@@ -58,7 +59,9 @@ def _flat_transformer_fields():
     return out
 
 
-_SCHEME_FIELDS = [
+# (name, type, dataclasses.Field) specs for make_dataclass; typeshed types ``field()`` as its default's
+# type (for class bodies), hence Any for the Field here
+_SCHEME_FIELDS: List[Tuple[str, Any, Any]] = [
     (
         "residual_scheme",
         ChoiceEnum(list(SCHEMES)),
@@ -100,9 +103,10 @@ def to_transformer_config(cfg) -> TransformerConfig:
     Keys that TransformerConfig does not declare (``residual_scheme`` ...) are kept
     as attributes, as fairseq does for the legacy transformer.
     """
+    values: Dict[str, Any]
     if isinstance(cfg, DictConfig):
-        values = OmegaConf.to_container(cfg, resolve=True)
-    elif dataclasses.is_dataclass(cfg):
+        values = cast(Dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
+    elif dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
         values = dataclasses.asdict(cfg)
     else:
         values = dict(vars(cfg))

@@ -14,6 +14,7 @@ and leaves every other exception to Python's default hook. Set
 
 import os
 import sys
+from typing import Optional
 
 
 class UserError(Exception):
@@ -35,7 +36,7 @@ class DataError(UserError, FileNotFoundError):
 def one_line_message(exc: BaseException):
     """The one-line report for ``exc``, or None if it deserves a traceback."""
     seen = set()
-    cause = exc
+    cause: Optional[BaseException] = exc
     while cause is not None and id(cause) not in seen:
         seen.add(id(cause))
         if isinstance(cause, UserError):

@@ -3,14 +3,13 @@
 
 nice -n 5 .venv/bin/python scripts/cpu_study.py            # the full study (resumable)
 .venv/bin/python scripts/cpu_study.py --help
+
+The same as the console command ``fairseq-residual-cpu-study``.
 """
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fairseq_residual_tools.analysis.study import main  # noqa: E402
+from fairseq_residual_tools.console import cpu_study
 
 if __name__ == "__main__":
-    main()
+    sys.exit(cpu_study())

@@ -2,8 +2,6 @@
 # Average, decode and score one trained cell as the paper does -> results/cells/<cell>.json:
 #   bash scripts/evaluate.sh --cell iwslt14/residual/e6d6
 # Options: --help. Cells, launchers and estimates: docs/reproduce.md.
+# The project's .venv first, else the active environment.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-if [[ -x "$ROOT/.venv/bin/python" ]]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON="${PYTHON:-python3}"; fi
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-exec "$PYTHON" -m fairseq_residual_tools.repro evaluate "$@"
+PATH="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv/bin:$PATH" exec fairseq-residual-evaluate "$@"

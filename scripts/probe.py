@@ -3,14 +3,13 @@
 
 .venv/bin/python scripts/probe.py                       # every scheme, depths 6 12 18 48, seeds 1 2 3
 .venv/bin/python scripts/probe.py --checkpoint CKPT.pt --data DATA_BIN --out DIR
+
+The same as the console command ``fairseq-residual-probe``.
 """
 
 import sys
-from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from fairseq_residual_tools.analysis.probes import main  # noqa: E402
+from fairseq_residual_tools.console import probe
 
 if __name__ == "__main__":
-    main()
+    sys.exit(probe())

@@ -2,8 +2,6 @@
 # Every cell of one table, in order, resumable (finished cells are skipped), then results/tables.md:
 #   bash scripts/reproduce.sh --table iwslt14 [--gpus 8] [--dry-run] [--list]
 # Options: --help. Cells, launchers and estimates: docs/reproduce.md.
+# The project's .venv first, else the active environment.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-if [[ -x "$ROOT/.venv/bin/python" ]]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON="${PYTHON:-python3}"; fi
-export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}"
-exec "$PYTHON" -m fairseq_residual_tools.repro reproduce "$@"
+PATH="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.venv/bin:$PATH" exec fairseq-residual-reproduce "$@"

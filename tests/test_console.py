@@ -1,0 +1,58 @@
+"""The console commands (``[project.scripts]``): each resolves to a tool, data preparation starts
+without torch or fairseq, and a user error ends as one line."""
+
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
+import pytest
+
+from fairseq_residual_tools import console
+from fairseq_residual_tools.errors import DataError, exit_on_user_error
+
+#: as installed from pyproject.toml's [project.scripts] (make test reinstalls when pyproject.toml changes)
+SCRIPTS = {ep.name: ep.value for ep in entry_points(group="console_scripts") if ep.dist.name == "fairseq_residual"}
+
+
+def test_every_console_script_names_a_function_of_the_console_module():
+    assert len(SCRIPTS) == 12
+    for name, target in SCRIPTS.items():
+        module, function = target.split(":")
+        assert name.startswith("fairseq-residual-") and module == "fairseq_residual_tools.console"
+        assert callable(getattr(console, function)), name
+
+
+@pytest.mark.parametrize("recipe", ["iwslt14", "wmt14", "opus100", "custom"])
+def test_data_prep_help_loads_neither_torch_nor_fairseq(recipe):
+    code = (
+        "import sys\n"
+        "from fairseq_residual_tools import console\n"
+        f"sys.argv = ['fairseq-residual-prepare-{recipe}', '--help']\n"
+        "try:\n"
+        f"    console.prepare_{recipe}()\n"
+        "except SystemExit as e:\n"
+        "    status = e.code\n"
+        "heavy = [m for m in ('torch', 'fairseq', 'fairseq_residual') if m in sys.modules]\n"
+        "print('status', status, 'loaded', heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert "usage:" in out and "--out" in out
+    assert out.splitlines()[-1] == "status 0 loaded []"
+
+
+def test_a_user_error_of_a_console_command_is_one_line(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["fairseq-residual-train", "--cell", "nope/x/y"])
+    assert console.train() == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: cell 'nope/x/y' is not DATASET/SCHEME/eNdM") and err.count("\n") == 1
+
+
+def test_exit_status_is_mains_int_else_zero():
+    def fails():
+        raise DataError("missing corpus.de: give --train-prefix")
+
+    assert exit_on_user_error(lambda: 3) == 3
+    assert exit_on_user_error(lambda: None) == 0
+    # probes and the CPU study return their results for the tests: not an exit status
+    assert exit_on_user_error(lambda: {"post": {"bleu": 1.0}}) == 0
+    assert exit_on_user_error(fails) == 1
