@@ -69,7 +69,7 @@ from fairseq.models import ARCH_CONFIG_REGISTRY, ARCH_MODEL_REGISTRY
 from fairseq.sequence_generator import SequenceGenerator
 from torch.profiler import ProfilerActivity, profile
 
-from .schemes import SCHEMES
+from fairseq_residual.schemes import SCHEMES
 
 #: the variant every ratio is taken against
 REFERENCE = "stock-pre"
