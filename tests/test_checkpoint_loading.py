@@ -22,8 +22,7 @@ def globals_needed(path):
 
 def test_a_fresh_fairseq_checkpoint_contains_only_allowlisted_globals(demo_databin, tmp_path):
     # a checkpoint with --eval-bleu statistics (numpy arrays) and the legacy args
-    from conftest import run_cli
-    from test_cli import train_args
+    from helpers import run_cli, train_args
 
     args = train_args(demo_databin.databin, tmp_path, max_update=2)
     # one update per epoch, so that end-of-epoch validation (with BLEU) is checkpointed

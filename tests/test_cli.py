@@ -8,65 +8,7 @@ import re
 
 import pytest
 import torch
-from conftest import PLUGIN_DIR, ROOT, run_cli
-
-TINY_MODEL = [
-    "--encoder-layers",
-    "2",
-    "--decoder-layers",
-    "2",
-    "--encoder-embed-dim",
-    "32",
-    "--decoder-embed-dim",
-    "32",
-    "--encoder-ffn-embed-dim",
-    "64",
-    "--decoder-ffn-embed-dim",
-    "64",
-    "--encoder-attention-heads",
-    "2",
-    "--decoder-attention-heads",
-    "2",
-]
-
-
-def train_args(databin, save_dir, max_update, scheme="residual"):
-    return [
-        "fairseq_cli.train",
-        str(databin),
-        "--user-dir",
-        PLUGIN_DIR,
-        "--arch",
-        "residual_transformer_iwslt_de_en",
-        "--residual-scheme",
-        scheme,
-        *TINY_MODEL,
-        "--share-all-embeddings",
-        "--optimizer",
-        "adam",
-        "--lr",
-        "1e-3",
-        "--criterion",
-        "label_smoothed_cross_entropy",
-        "--max-tokens",
-        "1024",
-        "--max-update",
-        str(max_update),
-        "--cpu",
-        "--num-workers",
-        "0",
-        "--save-dir",
-        str(save_dir),
-        "--save-interval-updates",
-        "4",
-        "--no-epoch-checkpoints",
-        "--log-format",
-        "json",
-        "--log-interval",
-        "1",
-        "--seed",
-        "3",
-    ]
+from helpers import PLUGIN_DIR, ROOT, run_cli, train_args
 
 
 @pytest.fixture(scope="module")

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import TinyTask, build_model, random_batch
+from helpers import TinyTask, build_model, random_batch
 
 from fairseq_residual.schemes.residual import DualStreamOutput
 

@@ -2,8 +2,7 @@
 
 import pytest
 import torch
-from conftest import PLUGIN_DIR, TinyTask, build_model, run_cli
-from test_cli import TINY_MODEL, train_args
+from helpers import PLUGIN_DIR, TINY_MODEL, TinyTask, build_model, run_cli, train_args
 
 from fairseq_residual.errors import CheckpointMismatchError, ConfigError
 from fairseq_residual.model import SCHEME_KEY

@@ -9,7 +9,7 @@ schemes (pre, dlcl) the layer's own output, before any stack-top LayerNorm or co
 
 import pytest
 import torch
-from conftest import TinyTask, build_model, random_batch
+from helpers import TinyTask, build_model, random_batch
 from reference import source_embedding, target_embedding
 
 from fairseq_residual.schemes import SCHEMES, get_scheme

@@ -6,8 +6,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
-from repro_helpers import SCRIPTS
+from helpers import ROOT, SCRIPTS
 
 from fairseq_residual.schemes import SCHEMES
 from fairseq_residual_tools.repro.cells import NOT_IMPLEMENTED, Cell, paper_cells, paper_tables, parse_cell

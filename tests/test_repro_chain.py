@@ -12,8 +12,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
-from repro_helpers import SCRIPTS, TINY
+from helpers import ROOT, SCRIPTS, TINY
 
 from fairseq_residual_tools.repro import cli, scoring
 

@@ -13,8 +13,7 @@ import os
 import re
 
 import torch
-from conftest import ROOT
-from repro_helpers import TINY, launch_args
+from helpers import ROOT, TINY, launch_args
 
 from fairseq_residual_tools.repro import launch
 

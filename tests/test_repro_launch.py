@@ -3,7 +3,7 @@
 import shlex
 
 import pytest
-from repro_helpers import launch_args
+from helpers import launch_args
 
 from fairseq_residual_tools.errors import ConfigError
 from fairseq_residual_tools.repro import distributed_train, launch

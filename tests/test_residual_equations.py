@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import TinyTask, build_model, random_batch
+from helpers import TinyTask, build_model, random_batch
 from reference import residual_decoder, residual_encoder
 
 from fairseq_residual.schemes import residual as residual_scheme

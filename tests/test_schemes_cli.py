@@ -10,9 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from conftest import PLUGIN_DIR, run_cli
-from test_cli import train_args
-from test_schemes_equations import BASELINES
+from helpers import BASELINES, PLUGIN_DIR, run_cli, train_args
 
 UPDATES = 4
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

@@ -8,50 +8,17 @@ to random values first, so that the comparison covers which value goes where.
 
 import pytest
 import torch
-from conftest import TinyTask, build_model, random_batch
+from helpers import BASELINES, TinyTask, baseline_model, random_batch
 from reference_baselines import REFERENCES
 
 from fairseq_residual.schemes import b2t as b2t_scheme
 from fairseq_residual.schemes import dlcl as dlcl_scheme
 
 TOL = 1e-5
-BASELINES = ["deepnet", "b2t", "admin", "tfixup", "dlcl"]
 DEPTHS = [(1, 1), (2, 3), (6, 4)]  # (encoder layers, decoder layers)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Tiny models run fastest on one thread, and then a busy machine cannot oversubscribe them."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
-def randomise_learned_mixing(model, scheme, seed=0):
-    """Random omega (Admin) / lower-triangular W (DLCL), to exercise their indexing."""
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in model.named_parameters():
-            if scheme == "admin" and name.endswith("_omega_delta"):
-                p.copy_(0.5 * torch.randn(p.shape, generator=g))
-            if scheme == "dlcl" and name.endswith("history_weight"):
-                used = p.ne(0)  # the entries a layer reads: 1/(l+1) after initialisation
-                p.copy_(torch.where(used, torch.rand(p.shape, generator=g) + 0.5, p))
-
-
-def baseline_model(scheme, task, enc_layers=3, dec_layers=3, seed=0, batch=None, **kwargs):
-    """A model in eval mode; Admin's omega profiled (on ``batch``) and randomised, DLCL's W randomised."""
-    torch.manual_seed(seed)
-    model = build_model(task, scheme=scheme, layers=enc_layers, decoder_layers=dec_layers, **kwargs)
-    if scheme == "admin":
-        src, src_lengths, prev = batch or random_batch(task, seed=seed)
-        model.train()
-        with torch.no_grad():
-            model(src, src_lengths, prev)  # the profiling pass (dropout is 0 in these models)
-        model.eval()
-    randomise_learned_mixing(model, scheme, seed)
-    return model
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def outputs(scheme, enc_layers, dec_layers, seed=0):

@@ -10,10 +10,11 @@ import math
 
 import pytest
 import torch
-from conftest import TinyTask, build_model, random_batch
+from helpers import TinyTask, build_model, random_batch
 from reference_baselines import admin_profiled_omegas
-from test_schemes_equations import one_torch_thread  # noqa: F401
 from torch import nn
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 D, FFN, HEADS = 64, 256, 4
 N, M = 6, 4  # encoder and decoder depths: different, so that each formula's N and M are told apart

@@ -4,8 +4,8 @@ from argparse import Namespace
 
 import pytest
 import torch
-from conftest import TinyTask, build_model, model_args, random_batch
 from fairseq.models.transformer import TransformerModel
+from helpers import TinyTask, build_model, model_args, random_batch
 
 from fairseq_residual.model import SCHEME_KEY
 

@@ -1,0 +1,219 @@
+"""Helpers shared by the tests: tiny models built in-process, fairseq CLIs run as subprocesses,
+the reproduction harness's shrunken cells. Fixtures live in conftest.py; tests import helpers
+from here only (never from conftest or from another test file)."""
+
+import os
+import subprocess
+import sys
+from argparse import Namespace
+from pathlib import Path
+
+import torch
+from fairseq.data import Dictionary
+
+import fairseq_residual  # noqa: F401  (registers the model)
+from fairseq_residual.model import ResidualTransformerModel
+
+ROOT = Path(__file__).resolve().parents[1]
+PLUGIN_DIR = str(ROOT / "fairseq_residual")
+
+
+class TinyTask:
+    """The two attributes fairseq's build_model needs from a translation task."""
+
+    def __init__(self, vocab_size=40):
+        d = Dictionary()
+        for i in range(vocab_size):
+            d.add_symbol(f"w{i}")
+        self.source_dictionary = self.target_dictionary = d
+
+
+def model_args(scheme="residual", layers=3, embed=16, heads=2, ffn=32, **overrides):
+    args = dict(
+        residual_scheme=scheme,
+        encoder_layers=layers,
+        decoder_layers=layers,
+        encoder_embed_dim=embed,
+        decoder_embed_dim=embed,
+        encoder_ffn_embed_dim=ffn,
+        decoder_ffn_embed_dim=ffn,
+        encoder_attention_heads=heads,
+        decoder_attention_heads=heads,
+        dropout=0.0,
+        attention_dropout=0.0,
+        activation_dropout=0.0,
+        share_all_embeddings=True,
+    )
+    args.update(overrides)
+    return Namespace(**args)
+
+
+def build_model(task=None, **kwargs):
+    task = task or TinyTask()
+    model = ResidualTransformerModel.build_model(model_args(**kwargs), task)
+    return model.eval()
+
+
+def random_batch(task, batch=3, src_len=7, tgt_len=6, seed=0):
+    """Source tokens left-padded (fairseq's default) with different lengths per row."""
+    g = torch.Generator().manual_seed(seed)
+    d = task.source_dictionary
+    low, high = d.nspecial, len(d)
+    src = torch.randint(low, high, (batch, src_len), generator=g)
+    src_lengths = torch.tensor([src_len - (i % 3) for i in range(batch)])
+    for i, n in enumerate(src_lengths.tolist()):
+        src[i, : src_len - n] = d.pad()
+        src[i, -1] = d.eos()
+    prev = torch.randint(low, high, (batch, tgt_len), generator=g)
+    prev[:, 0] = d.eos()
+    prev[-1, -2:] = d.pad()  # right padding in the target side too
+    return src, src_lengths, prev
+
+
+def run_cli(args, cwd, check=True, env=None):
+    """Run a fairseq CLI as a subprocess with the project's interpreter."""
+    full_env = dict(os.environ, PYTHONWARNINGS="ignore")
+    full_env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
+    full_env.update(env or {})
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=full_env, capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise AssertionError(
+            f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+        )
+    return proc
+
+
+# fairseq-train on the demo data-bin, a model small enough for a few CPU seconds
+TINY_MODEL = [
+    "--encoder-layers",
+    "2",
+    "--decoder-layers",
+    "2",
+    "--encoder-embed-dim",
+    "32",
+    "--decoder-embed-dim",
+    "32",
+    "--encoder-ffn-embed-dim",
+    "64",
+    "--decoder-ffn-embed-dim",
+    "64",
+    "--encoder-attention-heads",
+    "2",
+    "--decoder-attention-heads",
+    "2",
+]
+
+
+def train_args(databin, save_dir, max_update, scheme="residual"):
+    return [
+        "fairseq_cli.train",
+        str(databin),
+        "--user-dir",
+        PLUGIN_DIR,
+        "--arch",
+        "residual_transformer_iwslt_de_en",
+        "--residual-scheme",
+        scheme,
+        *TINY_MODEL,
+        "--share-all-embeddings",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "1e-3",
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--max-tokens",
+        "1024",
+        "--max-update",
+        str(max_update),
+        "--cpu",
+        "--num-workers",
+        "0",
+        "--save-dir",
+        str(save_dir),
+        "--save-interval-updates",
+        "4",
+        "--no-epoch-checkpoints",
+        "--log-format",
+        "json",
+        "--log-interval",
+        "1",
+        "--seed",
+        "3",
+    ]
+
+
+# the schemes beyond Post-LN / Pre-LN / ResiDual, each checked against its paper's equations
+BASELINES = ["deepnet", "b2t", "admin", "tfixup", "dlcl"]
+
+
+def randomise_learned_mixing(model, scheme, seed=0):
+    """Random omega (Admin) / lower-triangular W (DLCL), to exercise their indexing."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if scheme == "admin" and name.endswith("_omega_delta"):
+                p.copy_(0.5 * torch.randn(p.shape, generator=g))
+            if scheme == "dlcl" and name.endswith("history_weight"):
+                used = p.ne(0)  # the entries a layer reads: 1/(l+1) after initialisation
+                p.copy_(torch.where(used, torch.rand(p.shape, generator=g) + 0.5, p))
+
+
+def baseline_model(scheme, task, enc_layers=3, dec_layers=3, seed=0, batch=None, **kwargs):
+    """A model in eval mode; Admin's omega profiled (on ``batch``) and randomised, DLCL's W randomised."""
+    torch.manual_seed(seed)
+    model = build_model(task, scheme=scheme, layers=enc_layers, decoder_layers=dec_layers, **kwargs)
+    if scheme == "admin":
+        src, src_lengths, prev = batch or random_batch(task, seed=seed)
+        model.train()
+        with torch.no_grad():
+            model(src, src_lengths, prev)  # the profiling pass (dropout is 0 in these models)
+        model.eval()
+    randomise_learned_mixing(model, scheme, seed)
+    return model
+
+
+# the reproduction harness (tests/test_repro_*.py)
+#: hydra overrides that shrink a paper cell to a few CPU seconds on the demo data-bin
+#: (the tables mark such runs: they are not the paper's setting)
+TINY = [
+    "task.source_lang=src",
+    "task.target_lang=tgt",
+    "model.encoder_embed_dim=32",
+    "model.decoder_embed_dim=32",
+    "model.encoder_ffn_embed_dim=64",
+    "model.decoder_ffn_embed_dim=64",
+    "model.encoder_attention_heads=2",
+    "model.decoder_attention_heads=2",
+    "task.eval_bleu=false",
+    "checkpoint.best_checkpoint_metric=loss",
+    "checkpoint.maximize_best_checkpoint_metric=false",
+    "common.log_interval=1",
+    "dataset.num_workers=0",
+]
+
+SCRIPTS = ROOT / "scripts"
+
+
+def launch_args(cell, work, data=None, **kwargs):
+    """The namespace ``scripts/train.sh`` builds, for calling the launcher in-process."""
+    values = dict(
+        cell=cell,
+        data=str(data) if data else None,
+        work=str(work),
+        results=str(work / "results"),
+        gpus=1,
+        nodes=1,
+        launcher="auto",
+        node_rank=None,
+        master_addr=None,
+        master_port=29500,
+        cpu=False,
+        max_tokens=None,
+        update_freq=None,
+        reference_gpus=None,
+        dry_run=True,
+        overrides=[],
+    )
+    values.update(kwargs)
+    return Namespace(**values)
