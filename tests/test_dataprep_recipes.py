@@ -505,7 +505,37 @@ def test_custom_corpus_sentencepiece_pipeline(custom_corpus, tmp_path):
     assert (out / "bin" / "valid.de-en.de.bin").exists() and not (out / "bin" / "test.de-en.de.bin").exists()
 
 
-@pytest.mark.parametrize("problem", ["missing", "mismatch", "empty", "same-language"])
+def test_custom_rerun_with_other_options_redoes_what_they_change(custom_corpus, tmp_path, capsys):
+    from fairseq_residual_tools.dataprep import custom
+
+    raw, out = custom_corpus / "raw", tmp_path / "out"
+    base = ["--train-prefix", str(raw / "train"), "--valid-prefix", str(raw / "valid"), "--src", "de", "--tgt", "en"]
+    base += ["--out", str(out), "--workers", "1", "--quiet"]
+    assert custom.main(base + ["--bpe-merges", "150"]) == 0
+    assert len(lines(out / "text" / "code")) == 151  # a version line, then the merges
+    assert any(x != x.lower() for x in lines(out / "text" / "train.en"))
+    capsys.readouterr()
+
+    # the case: the same OUT with other options used to skip every stage
+    assert custom.main(base + ["--lowercase", "--bpe-merges", "50"]) == 0
+    assert "redo  tokenize.train.de and every later stage: option lowercase was False, now True" in (
+        capsys.readouterr().out
+    )
+    assert len(lines(out / "text" / "code")) == 51
+    assert all(x == x.lower() for x in lines(out / "text" / "train.en") + lines(out / "text" / "valid.de"))
+    options = json.loads((out / "summary.json").read_text())["options"]
+    assert options["lowercase"] is True and options["bpe_merges"] == 50 and options["max_len"] == 250
+    dictionary = (out / "bin" / "dict.en.txt").read_text()
+    assert not any(w != w.lower() for w in dictionary.split()[::2])  # the data-bin was rebuilt from it
+
+    # only BPE changes: tokenisation is kept, BPE and everything after it redone
+    stages = custom.prepare(custom.build_parser().parse_args(base + ["--lowercase", "--bpe-merges", "80"]))
+    assert all(s.startswith("tokenize.") or s == "clean.train" for s in stages.skipped)
+    assert stages.ran[0] == "learn-bpe" and stages.ran[-2:] == ["binarise", "summary"]
+    assert len(lines(out / "text" / "code")) == 81
+
+
+@pytest.mark.parametrize("problem", ["missing", "mismatch", "empty", "same-language", "not-utf8"])
 def test_custom_corpus_bad_input_is_one_line_naming_the_file(problem, custom_corpus, tmp_path, capsys):
     from fairseq_residual_tools.dataprep import custom
 
@@ -523,6 +553,11 @@ def test_custom_corpus_bad_input_is_one_line_naming_the_file(problem, custom_cor
         (raw / "valid.de").write_text("")
         (raw / "valid.en").write_text("")
         expected = f"error: empty corpus: {raw / 'valid.de'} has no lines"
+    elif problem == "not-utf8":
+        text = (raw / "train.de").read_bytes().split(b"\n")
+        text[6] = "Grüße aus Köln.".encode("latin-1")
+        (raw / "train.de").write_bytes(b"\n".join(text))
+        expected = f"error: {raw / 'train.de'} line 7 is not UTF-8 (byte 0xfc at column 3)"
     else:
         tgt = "de"
         expected = "error: --src and --tgt are both 'de'"
@@ -538,6 +573,8 @@ def test_custom_corpus_bad_input_is_one_line_naming_the_file(problem, custom_cor
             tgt,
             "--out",
             str(tmp_path / "out"),
+            "--workers",
+            "2",
             "--quiet",
         ]
     )

@@ -224,12 +224,61 @@ def test_interrupted_stage_leaves_nothing_that_looks_finished(tmp_path):
             tmp.write_text("half")
             raise KeyboardInterrupt
 
-    stages = Stages()
+    record = tmp_path / "stages.json"
+    stages = Stages(record)
     with pytest.raises(KeyboardInterrupt):
         stages.run("write", [out], interrupted)
     assert list(tmp_path.iterdir()) == []
     stages.run("write", [out], lambda: out.write_text("whole"))
     assert stages.ran == ["write"] and out.read_text() == "whole"
-    again = Stages()
+    again = Stages(record)
     again.run("write", [out], lambda: pytest.fail("a finished stage must be skipped"))
     assert again.skipped == ["write"]
+
+
+def run_two_stages(tmp_path, merges, lowercase, raw):
+    """A tokenise -> learn stage pair, each recording what it was made from."""
+    from fairseq_residual_tools.dataprep.pipeline import Stages
+
+    stages = Stages(tmp_path / "stages.json")
+    tok, codes = tmp_path / "tok.txt", tmp_path / "codes.txt"
+    stages.run(
+        "tokenize",
+        [tok],
+        lambda: tok.write_text(raw.read_text().lower() if lowercase else raw.read_text()),
+        options={"lowercase": lowercase},
+        inputs=[raw],
+    )
+    stages.run("learn", [codes], lambda: codes.write_text(f"{merges}\n"), options={"merges": merges})
+    return stages
+
+
+def test_a_stage_made_from_other_options_or_inputs_is_redone_with_every_later_stage(tmp_path, caplog):
+    raw = tmp_path / "raw.txt"
+    raw.write_text("Ein Satz.\n")
+    assert run_two_stages(tmp_path, 300, False, raw).ran == ["tokenize", "learn"]
+    assert run_two_stages(tmp_path, 300, False, raw).skipped == ["tokenize", "learn"]
+    # an option of the last stage: only that stage
+    again = run_two_stages(tmp_path, 50, False, raw)
+    assert (again.skipped, again.ran) == (["tokenize"], ["learn"]) and (tmp_path / "codes.txt").read_text() == "50\n"
+    assert "redo  learn and every later stage: option merges was 300, now 50" in caplog.text
+    # an option of the first stage: it and everything after it
+    again = run_two_stages(tmp_path, 50, True, raw)
+    assert again.ran == ["tokenize", "learn"] and (tmp_path / "tok.txt").read_text() == "ein satz.\n"
+    # the same input file with other content
+    raw.write_text("Ein anderer Satz, länger.\n")
+    assert run_two_stages(tmp_path, 50, True, raw).ran == ["tokenize", "learn"]
+    assert (tmp_path / "tok.txt").read_text() == "ein anderer satz, länger.\n"
+    # output with no record of what made it (a folder from before the records) is redone
+    (tmp_path / "stages.json").unlink()
+    assert run_two_stages(tmp_path, 50, True, raw).ran == ["tokenize", "learn"]
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_text_that_is_not_utf8_is_reported_with_file_and_line(tmp_path, workers):
+    raw = tmp_path / "train.de"
+    raw.write_bytes("Erste Zeile.\n".encode() * 2500 + "Gr\u00fc\u00dfe aus K\u00f6ln.\n".encode("latin-1"))
+    with pytest.raises(DataError) as e:
+        process_file(TextSteps(lang="de"), raw, tmp_path / "out.de", workers=workers)
+    assert str(e.value).startswith(f"{raw} line 2501 is not UTF-8 (byte 0xfc at column 3)")
+    assert not (tmp_path / "out.de").exists()

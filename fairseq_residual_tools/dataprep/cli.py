@@ -92,6 +92,14 @@ class ArchiveSource:
             self.checksums.archive(name), self.download_dir, self.checksums, self.base_url, self.record, self.quiet
         )
 
+    def identity(self, name: str) -> dict:
+        """What identifies archive ``name`` (its pinned checksum), for the record of the stage that extracts it.
+
+        An archive pinned by ``--record-checksum`` changes this record once, so its extraction is redone once.
+        """
+        archive = self.checksums.archive(name)
+        return {"archive": name, "sha256": archive.sha256 or archive.md5}
+
     def extract(self, name: str, members: List[str], dest: Path):
         """Fetch ``name`` and extract ``members`` (paths inside it) into the folder ``dest``."""
         path = self.fetch(name)

@@ -23,6 +23,7 @@ from .cli import add_common_options, run_main
 from .formats import write_lines
 from .iwslt14 import same_length
 from .moses import TextSteps, clean_corpus, process_file
+from .translation import translation_record
 
 LANG_CODE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
@@ -42,7 +43,7 @@ def prepare(args) -> pipeline.Stages:
 
     out = Path(args.out)
     tmp, text, databin = out / "tmp", out / "text", out / "bin"
-    stages = pipeline.Stages(force=args.force)
+    stages = pipeline.Stages(out / "stages.json", force=args.force)
     w, quiet = args.workers, args.quiet
     tokenize = args.tokenize or ("moses" if args.subword == "bpe" else "none")
     langs = (src, tgt)
@@ -56,6 +57,8 @@ def prepare(args) -> pipeline.Stages:
                 f"tokenize.{split}.{lang}",
                 [dst],
                 lambda s=steps, r=raw, d=dst: process_file(s, r, d, workers=w, quiet=quiet),
+                options={"tokenize": tokenize, "lowercase": args.lowercase},
+                inputs=[raw],
             )
         tok[split] = tmp / f"{split}.tok"
     if args.max_len > 0:
@@ -63,6 +66,7 @@ def prepare(args) -> pipeline.Stages:
             "clean.train",
             [tmp / f"train.clean.{l}" for l in langs],
             lambda: clean_corpus(str(tok["train"]), src, tgt, str(tmp / "train.clean"), 1, args.max_len, args.ratio),
+            options={"max_len": args.max_len, "ratio": args.ratio},
         )
         tok["train"] = tmp / "train.clean"
 
@@ -74,6 +78,7 @@ def prepare(args) -> pipeline.Stages:
             lambda: pipeline.learn_joint_bpe(
                 [Path(f"{tok['train']}.{l}") for l in langs], codes, args.bpe_merges, force=True, workers=w
             ),
+            options={"bpe_merges": args.bpe_merges, "train_text": str(tok["train"])},
         )
         encode = lambda inp, dst: pipeline.apply_bpe(codes, inp, dst, force=True, workers=w)  # noqa: E731
     else:
@@ -81,6 +86,7 @@ def prepare(args) -> pipeline.Stages:
             "spm-sample",
             [tmp / "spm.input.txt"],
             lambda: pipeline.concatenate([Path(f"{tok['train']}.{l}") for l in langs], tmp / "spm.input.txt"),
+            options={"train_text": str(tok["train"])},
         )
         stages.run(
             "spm-train",
@@ -88,6 +94,7 @@ def prepare(args) -> pipeline.Stages:
             lambda: pipeline.train_sentencepiece(
                 tmp / "spm.input.txt", text / "spm", args.spm_vocab, workers=w, force=True
             ),
+            options={"spm_vocab": args.spm_vocab},
         )
         encode = lambda inp, dst: pipeline.apply_sentencepiece(  # noqa: E731
             text / "spm.model", inp, dst, force=True, workers=w, quiet=quiet
@@ -96,7 +103,10 @@ def prepare(args) -> pipeline.Stages:
         for lang in langs:
             dst = text / f"{split}.{lang}"
             stages.run(
-                f"subwords.{split}.{lang}", [dst], lambda s=split, l=lang, d=dst: encode(Path(f"{tok[s]}.{l}"), d)
+                f"subwords.{split}.{lang}",
+                [dst],
+                lambda s=split, l=lang, d=dst: encode(Path(f"{tok[s]}.{l}"), d),
+                options={"subword": args.subword, "text": str(tok[split])},
             )
 
     for split in prefixes:
@@ -108,6 +118,7 @@ def prepare(args) -> pipeline.Stages:
         lambda: pipeline.fairseq_preprocess(
             {s: str(text / s) for s in prefixes}, src, tgt, databin, joined=True, workers=w, force=True
         ),
+        options={"src": src, "tgt": tgt, "splits": sorted(prefixes)},
     )
 
     def summary():
@@ -119,10 +130,20 @@ def prepare(args) -> pipeline.Stages:
             "tokenize": tokenize,
             "inputs": prefixes,
             "data_bin": str(databin),
+            "translation": translation_record(
+                out,
+                src,
+                tgt,
+                moses=tokenize == "moses",
+                lowercase=args.lowercase,
+                bpe_codes=text / "code" if args.subword == "bpe" else None,
+                sentencepiece_model=text / "spm.model" if args.subword == "sentencepiece" else None,
+            ),
+            "options": vars(args),
         }
         write_lines(out / "summary.json", [json.dumps(info, indent=1)])
 
-    stages.run("summary", [out / "summary.json"], summary)
+    stages.run("summary", [out / "summary.json"], summary, options=vars(args))
     return stages
 
 

@@ -1,5 +1,6 @@
 """Readers for the release formats: IWSLT's tagged training text and the
-``<seg id="N">`` lines of IWSLT's XML and WMT's SGML test sets.
+``<seg id="N">`` lines of IWSLT's XML and WMT's SGML test sets; text lines
+that must be UTF-8 (``utf8_lines``).
 
 Both follow fairseq's recipes line for line (``grep``/``sed`` there), so that
 the prepared text has the recipe's line counts.
@@ -7,7 +8,7 @@ the prepared text has the recipe's line counts.
 
 import re
 from pathlib import Path
-from typing import List
+from typing import Iterator, List
 
 from ..errors import DataError
 
@@ -20,16 +21,33 @@ _SEG_OPEN = re.compile(r'<seg id="[0-9]*">\s*')
 _SEG_CLOSE = re.compile(r"\s*</seg>\s*")
 
 
+def utf8_lines(path: Path) -> Iterator[str]:
+    """The lines of ``path`` (with their ``\\n``), decoded as UTF-8.
+
+    Python's own error names only a byte offset, and inside a worker pool it arrives as a
+    traceback; here a line that is not UTF-8 stops the run with its file and line number.
+    Lines end at ``\\n`` only (as ``newline="\\n"``): a stray ``\\r`` stays in its line.
+    """
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            try:
+                yield raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(
+                    f"{path} line {number} is not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}): "
+                    "convert the file, e.g. iconv -f LATIN1 -t UTF-8"
+                ) from None
+
+
 def iwslt_train_lines(path: Path) -> List[str]:
     """The text lines of IWSLT's ``train.tags.*``: metadata lines dropped, title/description kept."""
     out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if any(tag in line for tag in _IWSLT_DROPPED):
-                continue
-            for tag in _IWSLT_STRIPPED:
-                line = line.replace(tag, "")
-            out.append(line.rstrip("\n"))
+    for line in utf8_lines(path):
+        if any(tag in line for tag in _IWSLT_DROPPED):
+            continue
+        for tag in _IWSLT_STRIPPED:
+            line = line.replace(tag, "")
+        out.append(line.rstrip("\n"))
     return out
 
 
@@ -43,13 +61,12 @@ def seg_lines(path: Path) -> List[str]:
     if not path.is_file():
         raise DataError(f"missing file {path}")
     out = []
-    with open(path, encoding="utf-8") as f:
-        for line in f:
-            if "<seg id" not in line:
-                continue
-            line = _SEG_OPEN.sub("", line.rstrip("\n"))
-            line = _SEG_CLOSE.sub("", line)
-            out.append(line.replace("\u2019", "'"))
+    for line in utf8_lines(path):
+        if "<seg id" not in line:
+            continue
+        line = _SEG_OPEN.sub("", line.rstrip("\n"))
+        line = _SEG_CLOSE.sub("", line)
+        out.append(line.replace("\u2019", "'"))
     if not out:
         raise DataError(f"{path} has no <seg id=...> lines: not an IWSLT XML / WMT SGML test set")
     return out

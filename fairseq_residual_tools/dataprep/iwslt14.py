@@ -26,6 +26,7 @@ from . import pipeline
 from .cli import ArchiveSource, add_common_options, add_download_options, run_main
 from .formats import iwslt_train_lines, seg_lines, write_lines
 from .moses import TextSteps, clean_corpus, process_file, process_lines
+from .translation import translation_record
 
 ARCHIVE = "de-en.tgz"
 LANGS = ("de", "en")
@@ -75,11 +76,13 @@ def prepare(args) -> pipeline.Stages:
     out = Path(args.out or f"data-bin/iwslt14.{args.src}-{args.tgt}")
     orig, tmp, text, databin = out / "orig", out / "tmp", out / "text", out / "bin"
     source = ArchiveSource(args, out)
-    stages = pipeline.Stages(force=args.force)
+    stages = pipeline.Stages(out / "stages.json", force=args.force)
     w, quiet = args.workers, args.quiet
     raw = orig / PAIR
 
-    stages.run("extract", [raw], lambda: source.extract(ARCHIVE, archive_members(), orig))
+    stages.run(
+        "extract", [raw], lambda: source.extract(ARCHIVE, archive_members(), orig), options=source.identity(ARCHIVE)
+    )
 
     for l in LANGS:
         stripped = tmp / f"train.tags.{PAIR}.raw.{l}"
@@ -139,6 +142,7 @@ def prepare(args) -> pipeline.Stages:
         lambda: pipeline.learn_joint_bpe(
             [tmp / f"train.{l}" for l in LANGS], codes, args.bpe_merges, force=True, workers=w
         ),
+        options={"bpe_merges": args.bpe_merges},
     )
     for split in ("train", "valid", "test"):
         for l in LANGS:
@@ -162,6 +166,7 @@ def prepare(args) -> pipeline.Stages:
             workers=w,
             force=True,
         ),
+        options={"src": args.src, "tgt": args.tgt},
     )
 
     def summary():
@@ -172,10 +177,12 @@ def prepare(args) -> pipeline.Stages:
             "expected_pairs_real_release": EXPECTED_PAIRS,
             "bpe_merges": args.bpe_merges,
             "data_bin": str(databin),
+            "translation": translation_record(out, args.src, args.tgt, moses=True, lowercase=True, bpe_codes=codes),
+            "options": vars(args),
         }
         write_lines(out / "summary.json", [json.dumps(info, indent=1)])
 
-    stages.run("summary", [out / "summary.json"], summary)
+    stages.run("summary", [out / "summary.json"], summary, options=vars(args))
     return stages
 
 

@@ -97,14 +97,12 @@ def process_lines(steps: TextSteps, lines):
 
 def process_file(steps: TextSteps, inp: Path, out: Path, workers=1, quiet=False):
     """Write ``steps`` applied to every line of ``inp`` to ``out`` (atomically)."""
+    from .formats import utf8_lines
     from .pipeline import atomic_outputs
 
     progress = Progress(Path(out).name, quiet=quiet)
-    with (
-        atomic_outputs([out]) as (tmp,),
-        open(inp, encoding="utf-8", newline="\n") as f,
-        open(tmp, "w", encoding="utf-8") as g,
-    ):
+    f = utf8_lines(inp)
+    with atomic_outputs([out]) as (tmp,), open(tmp, "w", encoding="utf-8") as g:
         if workers > 1:
             ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
             with ctx.Pool(workers, initializer=_init_worker, initargs=(steps,)) as pool:
@@ -127,15 +125,15 @@ def clean_corpus(prefix_in: str, l1: str, l2: str, prefix_out: str, min_len: int
     characters; whitespace is normalised and, as in the Perl script, ``|`` is
     removed unless the first line looked factored. Returns the pairs kept.
     """
+    from .formats import utf8_lines
     from .pipeline import atomic_outputs
 
     files_in = [Path(f"{prefix_in}.{l}") for l in (l1, l2)]
     files_out = [Path(f"{prefix_out}.{l}") for l in (l1, l2)]
     kept = 0
+    f1, f2 = utf8_lines(files_in[0]), utf8_lines(files_in[1])
     with (
         atomic_outputs(files_out) as tmp,
-        open(files_in[0], encoding="utf-8") as f1,
-        open(files_in[1], encoding="utf-8") as f2,
         open(tmp[0], "w", encoding="utf-8") as o1,
         open(tmp[1], "w", encoding="utf-8") as o2,
     ):

@@ -33,7 +33,7 @@ from ..errors import DataError
 from . import pipeline
 from .cli import ArchiveSource, add_common_options, add_download_options, run_main
 from .download import Checksums
-from .formats import write_lines
+from .formats import utf8_lines, write_lines
 
 SPLITS = {"train": "train", "dev": "valid", "test": "test"}  # release name -> fairseq name
 
@@ -84,8 +84,8 @@ def sample_for_spm(pairs, orig: Path, out: Path, total: int, temperature: float,
             quota = min(counts[p], max(1, math.floor(total * weights[p] / sum(weights.values()))))
             chosen = set(rng.sample(range(counts[p]), quota))
             for lang in p.split("-"):
-                with open(orig / p / f"opus.{p}-train.{lang}", encoding="utf-8") as f:
-                    g.writelines(line for i, line in enumerate(f) if i in chosen)
+                lines = utf8_lines(orig / p / f"opus.{p}-train.{lang}")
+                g.writelines(line for i, line in enumerate(lines) if i in chosen)
 
 
 def prepare(args) -> pipeline.Stages:
@@ -94,7 +94,7 @@ def prepare(args) -> pipeline.Stages:
     source = ArchiveSource(args, out)
     langs = parse_langs(args.langs, source.checksums)
     pairs = [pair_of(l) for l in langs]
-    stages = pipeline.Stages(force=args.force)
+    stages = pipeline.Stages(out / "stages.json", force=args.force)
     w, quiet = args.workers, args.quiet
 
     def extract(pair):
@@ -117,7 +117,9 @@ def prepare(args) -> pipeline.Stages:
         shutil.rmtree(tmp / f"extract.{pair}")
 
     for pair in pairs:
-        stages.run(f"extract.{pair}", [orig / pair], lambda p=pair: extract(p))
+        stages.run(
+            f"extract.{pair}", [orig / pair], lambda p=pair: extract(p), options=source.identity(archive_name(pair))
+        )
 
     def splits_of(pair):
         return [s for s in SPLITS if (orig / pair / f"opus.{pair}-{s}.en").exists()]
@@ -132,13 +134,19 @@ def prepare(args) -> pipeline.Stages:
             }
         write_lines(tmp / "raw_pairs.json", [json.dumps(found, indent=1)])
 
-    stages.run("check", [tmp / "raw_pairs.json"], check)
+    stages.run("check", [tmp / "raw_pairs.json"], check, options={"pairs": pairs})
 
     sample = tmp / "spm.sample.txt"
     stages.run(
         "spm-sample",
         [sample],
         lambda: sample_for_spm(pairs, orig, sample, args.spm_sample_lines, args.temperature, args.seed),
+        options={
+            "pairs": pairs,
+            "spm_sample_lines": args.spm_sample_lines,
+            "temperature": args.temperature,
+            "seed": args.seed,
+        },
     )
     model = text / "spm"
     stages.run(
@@ -153,6 +161,11 @@ def prepare(args) -> pipeline.Stages:
             workers=w,
             force=True,
         ),
+        options={
+            "spm_vocab": args.spm_vocab,
+            "spm_model_type": args.spm_model_type,
+            "spm_character_coverage": args.spm_character_coverage,
+        },
     )
     dictionary = text / "dict.txt"
     stages.run(
@@ -213,7 +226,7 @@ def prepare(args) -> pipeline.Stages:
             if work.exists():
                 shutil.rmtree(work)
 
-    stages.run("binarise", [databin / "preprocess.done"], binarise)
+    stages.run("binarise", [databin / "preprocess.done"], binarise, options={"pairs": pairs})
 
     def summary():
         raw = json.loads((tmp / "raw_pairs.json").read_text())
@@ -226,10 +239,11 @@ def prepare(args) -> pipeline.Stages:
             "spm_vocab": args.spm_vocab,
             "spm_model_type": args.spm_model_type,
             "data_bin": str(databin),
+            "options": vars(args),
         }
         write_lines(out / "summary.json", [json.dumps(info, indent=1)])
 
-    stages.run("summary", [out / "summary.json"], summary)
+    stages.run("summary", [out / "summary.json"], summary, options=vars(args))
     return stages
 
 

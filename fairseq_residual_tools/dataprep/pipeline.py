@@ -1,12 +1,14 @@
 """The shared tokenise -> subword -> binarise pipeline.
 
 Every stage writes its outputs under temporary names and renames them when
-complete, so an interrupted run never leaves a file that looks finished; a
-re-run skips stages whose outputs exist (``force=True`` redoes them).
+complete, so an interrupted run never leaves a file that looks finished.
 ``Stages`` runs a recipe's stages in order and reports which ran and which
-were skipped.
+were skipped: a re-run skips a stage only when its outputs exist *and* were
+made from the same things (``Stages.run``), so re-running with other options
+redoes what they change instead of keeping stale output.
 """
 
+import json
 import logging
 import os
 import shutil
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 from ..errors import DataError
+from .formats import utf8_lines
 from .moses import TextSteps, process_file
 from .progress import Progress
 
@@ -42,18 +45,43 @@ def stage_done(outputs: Iterable[Path], force: bool) -> bool:
 
 
 class Stages:
-    """Run named stages; a stage whose outputs all exist is skipped unless ``force``."""
+    """Run named stages in order, each skipped only when its output is known to be current.
 
-    def __init__(self, force=False):
+    A stage is made from options (those that change its output, e.g. ``bpe_merges``) and
+    inputs (files the run does not write itself: raw text, archives). When a stage completes,
+    that record is kept in ``record_file`` (``OUT/stages.json``). A later run skips the stage
+    only when its outputs exist, its record is the same, and no earlier stage of this run was
+    redone -- every stage may read what an earlier one wrote, so once one stage is redone, it
+    and every later stage are redone (the first difference is logged as a warning). Output
+    with no record (an interrupted stage, or a folder from before the records) is redone too.
+    ``force`` redoes every stage.
+    """
+
+    def __init__(self, record_file: Path, force=False):
+        self.record_file = Path(record_file)
         self.force = force
+        self.records: Dict[str, dict] = (
+            json.loads(self.record_file.read_text(encoding="utf-8")) if self.record_file.is_file() else {}
+        )
         self.ran: List[str] = []
         self.skipped: List[str] = []
 
-    def run(self, name: str, outputs: Sequence[Path], fn: Callable[[], object]):
-        if stage_done(outputs, self.force):
+    def run(
+        self,
+        name: str,
+        outputs: Sequence[Path],
+        fn: Callable[[], object],
+        options: Optional[Dict[str, object]] = None,
+        inputs: Sequence[Path] = (),
+    ):
+        record = made_from(options or {}, inputs)
+        reason = self._redo_reason(name, outputs, record)
+        if reason is None:
             logger.info("skip  %s (done)", name)
             self.skipped.append(name)
             return
+        if reason and not self.ran:
+            logger.warning("redo  %s and every later stage: %s", name, reason)
         logger.info("stage %s", name)
         for p in outputs:
             Path(p).parent.mkdir(parents=True, exist_ok=True)
@@ -61,6 +89,38 @@ class Stages:
         missing = [str(p) for p in outputs if not Path(p).exists()]
         assert not missing, f"stage {name} did not write {missing}"
         self.ran.append(name)
+        self.records[name] = made_from(options or {}, inputs)
+        self.record_file.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_outputs([self.record_file]) as (tmp,):
+            tmp.write_text(json.dumps(self.records, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+
+    def _redo_reason(self, name, outputs, record) -> Optional[str]:
+        """None when the stage can be skipped; otherwise why not ("" when it is simply not done yet)."""
+        if self.force or self.ran or not all(Path(p).exists() for p in outputs):
+            return ""
+        before = self.records.get(name)
+        if before is None:
+            return f"{self.record_file} has no record of what its output was made from"
+        if before == record:
+            return None
+        changed = []
+        for kind in ("options", "inputs"):
+            old, new = before.get(kind, {}), record[kind]
+            for key in sorted(set(old) | set(new)):
+                if old.get(key) != new.get(key):
+                    what = "option" if kind == "options" else "input"
+                    changed.append(f"{what} {key} was {old.get(key, '(not set)')}, now {new.get(key, '(not set)')}")
+        return "; ".join(changed)
+
+
+def made_from(options: Dict[str, object], inputs: Sequence[Path]) -> dict:
+    """A stage's record: its options, and each input file's resolved path, size and modification time."""
+    files = {}
+    for p in inputs:
+        path = Path(p).resolve()
+        stat = path.stat() if path.exists() else None
+        files[str(path)] = f"{stat.st_size} bytes, mtime_ns {stat.st_mtime_ns}" if stat else "missing"
+    return {"options": json.loads(json.dumps(options, default=str)), "inputs": files}
 
 
 def concatenate(inputs: Sequence[Path], out: Path):
@@ -210,7 +270,8 @@ def apply_sentencepiece(model: Path, inp: Path, out: Path, force=False, workers=
 
     sp = spm.SentencePieceProcessor(model_file=str(model))
     progress = Progress(Path(out).name, quiet=quiet)
-    with atomic_outputs([out]) as (tmp,), open(inp, encoding="utf-8") as f, open(tmp, "w", encoding="utf-8") as g:
+    f = utf8_lines(inp)
+    with atomic_outputs([out]) as (tmp,), open(tmp, "w", encoding="utf-8") as g:
         while True:
             chunk = [line.rstrip("\n") for line in itertools.islice(f, 10000)]
             if not chunk:

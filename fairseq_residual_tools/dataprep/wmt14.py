@@ -30,6 +30,7 @@ from .cli import ArchiveSource, add_common_options, add_download_options, run_ma
 from .formats import seg_lines, write_lines
 from .iwslt14 import same_length, split_every
 from .moses import TextSteps, clean_corpus, process_file, process_lines
+from .translation import translation_record
 
 LANGS = ("en", "de")
 CORPORA = {  # name -> (archive, path prefix inside it)
@@ -73,7 +74,7 @@ def prepare(args) -> pipeline.Stages:
     out = Path(args.out or f"data-bin/wmt14.{args.src}-{args.tgt}")
     orig, tmp, text, databin = out / "orig", out / "tmp", out / "text", out / "bin"
     source = ArchiveSource(args, out)
-    stages = pipeline.Stages(force=args.force)
+    stages = pipeline.Stages(out / "stages.json", force=args.force)
     w, quiet = args.workers, args.quiet
     corpora = ["europarl-v7", "commoncrawl", f"news-commentary-{args.news_commentary}"]
 
@@ -84,6 +85,7 @@ def prepare(args) -> pipeline.Stages:
             f"extract.{name}",
             [dest],
             lambda a=archive, i=inner, d=dest: source.extract(a, [f"{i}.{l}" for l in ("de", "en")], d),
+            options=source.identity(archive),
         )
 
     def extract_sgm(archive, prefix, years, dest):
@@ -95,11 +97,17 @@ def prepare(args) -> pipeline.Stages:
         members = [find_sgm(names, prefix, y, l, "src" if l == args.src else "ref") for y in years for l in LANGS]
         source.extract(archive, members, dest)
 
-    stages.run("extract.dev", [orig / "dev"], lambda: extract_sgm(DEV_ARCHIVE, "dev/", EXTRA_TEST_YEARS, orig / "dev"))
+    stages.run(
+        "extract.dev",
+        [orig / "dev"],
+        lambda: extract_sgm(DEV_ARCHIVE, "dev/", EXTRA_TEST_YEARS, orig / "dev"),
+        options={**source.identity(DEV_ARCHIVE), "src": args.src},
+    )
     stages.run(
         "extract.test",
         [orig / "test-full"],
         lambda: extract_sgm(TEST_ARCHIVE, "test-full/", (2014,), orig / "test-full"),
+        options={**source.identity(TEST_ARCHIVE), "src": args.src},
     )
 
     # training text: normalise, remove non-printing characters, tokenise -a (per corpus and side)
@@ -124,7 +132,7 @@ def prepare(args) -> pipeline.Stages:
         for l in LANGS:
             pipeline.concatenate([tmp / f"{name}.tok.{l}" for name in corpora], tmp / f"train.tags.tok.{l}")
 
-    stages.run("concatenate", [tmp / f"train.tags.tok.{l}" for l in LANGS], concat)
+    stages.run("concatenate", [tmp / f"train.tags.tok.{l}" for l in LANGS], concat, options={"corpora": corpora})
 
     def sgm_path(folder, prefix, year, l):
         names = {str(p.relative_to(orig / folder)) for p in (orig / folder).rglob("*.sgm")}
@@ -147,7 +155,7 @@ def prepare(args) -> pipeline.Stages:
             for l in LANGS:
                 write_lines(tmp / f"{name}.{l}", lines[l])
 
-        stages.run(f"test-text.{name}", [tmp / f"{name}.{l}" for l in LANGS], tokenize_set)
+        stages.run(f"test-text.{name}", [tmp / f"{name}.{l}" for l in LANGS], tokenize_set, options={"src": args.src})
 
     # tokenised text per split, before BPE
     if args.valid == "every-100th":
@@ -170,6 +178,7 @@ def prepare(args) -> pipeline.Stages:
         lambda: pipeline.learn_joint_bpe(
             [Path(f"{tok['train']}.{l}") for l in LANGS], codes, args.bpe_merges, force=True, workers=w
         ),
+        options={"bpe_merges": args.bpe_merges, "valid": args.valid},
     )
     # train (and fairseq's held-out valid) are cleaned after BPE; test sets are kept whole
     cleaned = {"train"} | ({"valid"} if args.valid == "every-100th" else set())
@@ -182,12 +191,14 @@ def prepare(args) -> pipeline.Stages:
                 lambda p=prefix, b=bpe_prefix, l=l: pipeline.apply_bpe(
                     codes, Path(f"{p}.{l}"), Path(f"{b}.{l}"), force=True, workers=w
                 ),
+                options={"valid": args.valid},
             )
         if split in cleaned:
             stages.run(
                 f"clean.{split}",
                 [text / f"{split}.{l}" for l in LANGS],
                 lambda b=bpe_prefix, s=split: clean_corpus(str(b), "en", "de", str(text / s), 1, 250, 1.5),
+                options={"valid": args.valid},
             )
 
     test_prefixes = [str(text / "test")] + [str(text / f"newstest{y}") for y in EXTRA_TEST_YEARS]
@@ -203,6 +214,7 @@ def prepare(args) -> pipeline.Stages:
             workers=w,
             force=True,
         ),
+        options={"src": args.src, "tgt": args.tgt, "valid": args.valid},
     )
 
     split_names = {("test" if k == 0 else f"test{k}"): n for k, n in enumerate(test_names)}
@@ -220,12 +232,23 @@ def prepare(args) -> pipeline.Stages:
             "bpe_merges": args.bpe_merges,
             "news_commentary": args.news_commentary,
             "test_splits": split_names,
+            "translation": translation_record(
+                out,
+                args.src,
+                args.tgt,
+                moses=True,
+                aggressive_dash_splits=True,
+                normalize_punctuation=True,
+                remove_non_printing=True,
+                bpe_codes=codes,
+            ),
             "expected_newstest_pairs_real_release": {f"newstest{y}": n for y, n in NEWSTEST_SIZES.items()},
             "data_bin": str(databin),
+            "options": vars(args),
         }
         write_lines(out / "summary.json", [json.dumps(info, indent=1)])
 
-    stages.run("summary", [out / "summary.json", databin / "test_splits.json"], summary)
+    stages.run("summary", [out / "summary.json", databin / "test_splits.json"], summary, options=vars(args))
     return stages
 
 
