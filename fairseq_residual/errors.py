@@ -2,14 +2,18 @@
 
 fairseq's CLIs let exceptions escape as tracebacks. Importing the plugin
 installs an ``excepthook`` that prints ``error: <message>`` (exit status 1) for
+the ``UserError`` subclasses below, raised by the plugin's own checks (options,
+data folder, checkpoints), also when fairseq's code re-raised them inside
+another exception (it wraps checkpoint loading errors, for example). Every other
+exception, above all any raised by the user's own code, goes to Python's
+default hook unchanged. Set ``FAIRSEQ_RESIDUAL_TRACEBACK=1`` to see full
+tracebacks anyway.
 
-* the ``UserError`` subclasses below, also when fairseq re-raised them inside
-  another exception (it wraps checkpoint loading errors, for example);
-* ``FileNotFoundError``, which in the CLIs means a wrong path given by the user
-  (a missing data folder, dictionary or checkpoint);
-
-and leaves every other exception to Python's default hook. Set
-``FAIRSEQ_RESIDUAL_TRACEBACK=1`` to see full tracebacks anyway.
+``fairseq-hydra-train`` runs inside Hydra, which catches every exception and
+prints its own shortened traceback unless ``HYDRA_FULL_ERROR`` is set. In that
+program (and only there), importing the plugin sets ``HYDRA_FULL_ERROR=1`` if it
+is unset, so that exceptions reach the hook: user errors print one line, others
+their full traceback.
 """
 
 import os
@@ -29,6 +33,14 @@ class CheckpointMismatchError(UserError, RuntimeError):
     """A checkpoint written for another architecture or residual scheme."""
 
 
+class ArchitectureMismatchError(CheckpointMismatchError):
+    """A checkpoint of another architecture than residual_transformer, or the reverse."""
+
+
+class CheckpointFileError(UserError, RuntimeError):
+    """A checkpoint file that is missing, empty or truncated."""
+
+
 class DataError(UserError, FileNotFoundError):
     """Missing or malformed input data."""
 
@@ -41,14 +53,30 @@ def one_line_message(exc: BaseException):
         seen.add(id(cause))
         if isinstance(cause, UserError):
             return str(cause)
+        if not _raised_in_fairseq(cause):
+            return None
         cause = cause.__cause__ or cause.__context__
-    if isinstance(exc, FileNotFoundError):
-        path = exc.filename or str(exc)
-        return (
-            f"no such file or directory: {path} -- check the path; a data folder is "
-            "made by data-prep/ or fairseq-preprocess, a checkpoint by fairseq-train"
-        )
     return None
+
+
+def _raised_in_fairseq(exc: BaseException) -> bool:
+    """Whether fairseq's own code raised ``exc`` (the innermost frame of its traceback is in fairseq)."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return any(tb.tb_frame.f_code.co_filename.startswith(folder) for folder in _fairseq_folders())
+
+
+def _fairseq_folders():
+    import importlib.util
+
+    folders = []
+    for package in ("fairseq", "fairseq_cli"):
+        spec = importlib.util.find_spec(package)
+        folders += [os.path.join(f, "") for f in (spec.submodule_search_locations or [])] if spec else []
+    return folders
 
 
 def _one_line_excepthook(previous):
@@ -66,3 +94,10 @@ def _one_line_excepthook(previous):
 def install_excepthook():
     if not getattr(sys.excepthook, "fairseq_residual", False):
         sys.excepthook = _one_line_excepthook(sys.excepthook)
+    if _running_fairseq_hydra_train():
+        os.environ.setdefault("HYDRA_FULL_ERROR", "1")
+
+
+def _running_fairseq_hydra_train() -> bool:
+    main_spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return getattr(main_spec, "name", None) == "fairseq_cli.hydra_train" or "fairseq_cli.hydra_train" in sys.modules

@@ -7,6 +7,7 @@ once. See ``schemes/`` for the schemes themselves.
 """
 
 import logging
+import math
 
 import torch
 from fairseq.dataclass.utils import gen_parser_from_dataclass
@@ -20,7 +21,7 @@ from fairseq.models.transformer import (
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 
 from .config import ResidualTransformerConfig, to_transformer_config
-from .errors import CheckpointMismatchError, ConfigError
+from .errors import ArchitectureMismatchError, CheckpointMismatchError, ConfigError
 from .schemes import get_scheme
 
 logger = logging.getLogger(__name__)
@@ -109,8 +110,19 @@ def validate_config(cfg):
                 f"--{side}-normalize-before contradicts --residual-scheme {scheme.name}; "
                 "drop the flag (use --residual-scheme pre for the Pre-LN baseline)"
             )
-    if cfg.dual_stream_scale <= 0:
-        raise ConfigError(f"--dual-stream-scale must be positive, got {cfg.dual_stream_scale}")
+    if not (math.isfinite(cfg.dual_stream_scale) and cfg.dual_stream_scale > 0):
+        raise ConfigError(f"--dual-stream-scale must be a positive finite number, got {cfg.dual_stream_scale}")
+
+
+def validate_dictionaries(cfg, task):
+    """fairseq's own check raises a bare ValueError; this one names the option that makes a joined dictionary."""
+    if cfg.share_all_embeddings and task.source_dictionary != task.target_dictionary:
+        data = getattr(getattr(task, "cfg", None), "data", "the data folder")
+        raise ConfigError(
+            f"--share-all-embeddings needs one dictionary for both languages, but {data} has separate "
+            "source and target dictionaries: binarise it with fairseq-preprocess --joined-dictionary "
+            "(the data-prep/ scripts do), or drop --share-all-embeddings"
+        )
 
 
 def _divisor_hint(dim):
@@ -135,6 +147,7 @@ class ResidualTransformerModel(TransformerModelBase):
     def build_model(cls, cfg, task):
         cfg = to_transformer_config(cfg)
         validate_config(cfg)
+        validate_dictionaries(cfg, task)
         scheme = get_scheme(cfg.residual_scheme)
         cfg.encoder.normalize_before = scheme.normalize_before
         cfg.decoder.normalize_before = scheme.normalize_before
@@ -157,10 +170,10 @@ class ResidualTransformerModel(TransformerModelBase):
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
         expected = self.residual_scheme
         if SCHEME_KEY not in state_dict:
-            raise CheckpointMismatchError(
-                f"this checkpoint was not written by residual_transformer (it has no "
-                f"'{SCHEME_KEY}'): load it with the architecture that trained it, or "
-                "train a residual_transformer model from scratch"
+            raise ArchitectureMismatchError(
+                f"this checkpoint was not written by residual_transformer (it has no '{SCHEME_KEY}'), "
+                f"but this model is residual_transformer --residual-scheme {expected}: load it with the "
+                "architecture that trained it, or train a residual_transformer model from scratch"
             )
         found = _scheme_from_tag(state_dict[SCHEME_KEY])
         if found != expected:

@@ -1,0 +1,222 @@
+"""Reading checkpoints: resume past an unreadable ``checkpoint_last.pt``, one line for a bad ``--path``.
+
+With ``checkpoint_saving`` a kill no longer leaves a partial checkpoint, but a save dir can still
+hold one (written before the plugin was loaded, on a full disk, copied in part by hand). fairseq
+then stops at "Preparing to load checkpoint" with a traceback on every start, so a requeued job
+never runs again. Loading the plugin changes this:
+
+* resuming (``Trainer.load_checkpoint``) from an unreadable ``checkpoint_last.pt`` falls back to
+  the newest readable checkpoint of the same folder, newest by the update count recorded inside
+  (file times change when files are copied), with one warning line naming both files; when none
+  can be read, or an explicit ``--restore-file`` cannot, the run stops with one ``error:`` line;
+* resuming a checkpoint of another architecture names both architectures;
+* ``fairseq-generate`` / ``fairseq-interactive`` (``load_model_ensemble_and_task`` and
+  ``load_checkpoint_to_cpu``) on a missing or truncated ``--path`` stop with one line naming it.
+
+"Unreadable" is decided from the file, not from torch's message: a checkpoint is a zip archive
+whose directory sits at its end, so a truncated file is one that ``zipfile`` cannot open and torch
+cannot load (the legacy pre-zip format is tried in full). Any other failure to load (a class
+outside the safe-loading allowlist, say) is another problem and keeps its own error.
+"""
+
+import functools
+import inspect
+import logging
+import os
+import re
+import zipfile
+from pathlib import Path
+from typing import Optional
+
+import torch
+from fairseq import checkpoint_utils
+from fairseq.file_io import PathManager
+from fairseq.trainer import Trainer
+
+from .errors import ArchitectureMismatchError, CheckpointFileError, CheckpointMismatchError
+
+logger = logging.getLogger(__name__)
+
+
+def damage(path: str) -> Optional[str]:
+    """Why ``path`` is not a complete checkpoint file ("does not exist", ...), or None if it looks whole."""
+    if not os.path.isfile(path):
+        return "does not exist"
+    size = os.path.getsize(path)
+    if size == 0:
+        return "is empty (0 bytes)"
+    try:
+        with zipfile.ZipFile(path):
+            return None
+    except (zipfile.BadZipFile, OSError):
+        return f"is truncated or not a checkpoint ({size:,} bytes, no complete zip archive)"
+
+
+class _Unreadable(Exception):
+    """``str()`` is what is wrong with the file, as ``damage`` words it."""
+
+
+def _load_lazily(path: str):
+    """The checkpoint's contents with tensors memory-mapped (cheap for any size); ``_Unreadable`` if damaged."""
+    reason = damage(path)
+    if reason is None:
+        return torch.load(path, map_location="cpu", mmap=True)
+    if reason != "does not exist" and not reason.startswith("is empty"):
+        try:  # the legacy (pre-zip) format is not a zip archive and cannot be memory-mapped
+            return torch.load(path, map_location="cpu")
+        except Exception:
+            pass
+    raise _Unreadable(reason)
+
+
+def recorded_updates(state) -> int:
+    history = state.get("optimizer_history") or [{}]
+    return int(history[-1].get("num_updates", 0))
+
+
+def _same_run_checkpoints(folder: str, suffix: str):
+    """The files fairseq's ``save_checkpoint`` names for this ``--checkpoint-suffix``, except last."""
+    pattern = re.compile(r"checkpoint(\d+|_\d+_\d+|_best|\.best_.+)" + re.escape(suffix) + r"\.pt")
+    return [str(p) for p in sorted(Path(folder).iterdir()) if pattern.fullmatch(p.name)]
+
+
+def resume_path(path: str) -> str:
+    """``path`` if it can be read; for an unreadable ``checkpoint_last*.pt``, the newest readable sibling."""
+    try:
+        _load_lazily(path)
+        return path
+    except _Unreadable as unreadable:
+        reason = str(unreadable)
+    folder, name = os.path.split(os.path.abspath(path))
+    last = re.fullmatch(r"checkpoint_last(.*)\.pt", name)
+    if last is None:
+        raise CheckpointFileError(
+            f"cannot resume from {path}: it {reason}; pass --restore-file a complete checkpoint, "
+            "or leave --restore-file out to resume from the save dir's checkpoint_last.pt"
+        )
+    updates = {}
+    for other in _same_run_checkpoints(folder, last.group(1)):
+        try:
+            updates[other] = recorded_updates(_load_lazily(other))
+        except _Unreadable:
+            continue
+    if not updates:
+        raise CheckpointFileError(
+            f"cannot resume in {folder}: {name} {reason} and no other checkpoint there can be read; "
+            f"to start training over, move {folder} away (or use another --save-dir)"
+        )
+    newest = max(updates, key=lambda p: (updates[p], p))
+    logger.warning(
+        f"{path} {reason}; resuming from {newest} ({updates[newest]} updates), "
+        f"the newest readable checkpoint in {folder}"
+    )
+    return newest
+
+
+def _architecture(model_cfg) -> str:
+    """The ``--arch`` recorded in a model config (a dict, DictConfig or legacy Namespace)."""
+    get = model_cfg.get if hasattr(model_cfg, "get") else lambda key, default=None: getattr(model_cfg, key, default)
+    return str(get("arch", None) or get("_name", None) or "unknown")
+
+
+def _architectures_of(state) -> str:
+    if state.get("cfg") is not None and state["cfg"].get("model") is not None:
+        return _architecture(state["cfg"]["model"])
+    return _architecture(state.get("args") or {})
+
+
+def _resuming_load_checkpoint(load_checkpoint):
+    @functools.wraps(load_checkpoint)
+    def load(self, filename, *args, **kwargs):
+        if os.path.lexists(filename) and not PathManager.path_requires_pathmanager(filename):
+            filename = resume_path(filename)
+        try:
+            return load_checkpoint(self, filename, *args, **kwargs)
+        except Exception as error:
+            mismatch = _architecture_mismatch(error, filename, self.cfg.model)
+            if mismatch is None:
+                raise
+            raise mismatch from error
+
+    load.fairseq_residual = True
+    return load
+
+
+def _architecture_mismatch(error: Exception, filename: str, run_model_cfg) -> Optional[ArchitectureMismatchError]:
+    """The one-line error for a model that cannot take the checkpoint's parameters, naming both ``--arch``."""
+    scheme_mismatch = _find(error, CheckpointMismatchError)
+    if damage(filename) is not None or (
+        scheme_mismatch is not None and not isinstance(scheme_mismatch, ArchitectureMismatchError)
+    ):
+        return None  # no checkpoint was loaded, or the residual scheme's own message names both sides
+    trained, running = _architectures_of(_load_lazily(filename)), _architecture(run_model_cfg)
+    if scheme_mismatch is None and not (str(error).startswith("Cannot load model parameters") and trained != running):
+        return None
+    return ArchitectureMismatchError(
+        f"{filename} was trained with --arch {trained}, but this run uses --arch {running}; "
+        f"resume it with --arch {trained}, or train --arch {running} in another --save-dir"
+    )
+
+
+def _find(error: Optional[BaseException], cls):
+    seen = set()
+    while error is not None and id(error) not in seen:
+        if isinstance(error, cls):
+            return error
+        seen.add(id(error))
+        error = error.__cause__ or error.__context__
+    return None
+
+
+def _reporting_load_checkpoint_to_cpu(load_checkpoint_to_cpu):
+    @functools.wraps(load_checkpoint_to_cpu)
+    def load(path, *args, **kwargs):
+        try:
+            return load_checkpoint_to_cpu(path, *args, **kwargs)
+        except Exception as error:
+            reason = None if PathManager.path_requires_pathmanager(path) else damage(path)
+            if reason is None:
+                raise
+            raise CheckpointFileError(f"cannot load checkpoint {path}: it {reason}; {_PATH_FIX}") from error
+
+    load.fairseq_residual = True
+    return load
+
+
+_PATH_FIX = "give --path a complete checkpoint written by fairseq-train (e.g. checkpoints/checkpoint_best.pt)"
+
+
+def _checking_load_model_ensemble_and_task(load_model_ensemble_and_task):
+    """Name a missing ``--path`` file before fairseq's ``OSError: Model file not found``."""
+    signature = inspect.signature(load_model_ensemble_and_task)
+
+    @functools.wraps(load_model_ensemble_and_task)
+    def load(*args, **kwargs):
+        bound = signature.bind(*args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        if a["state"] is None:
+            for filename in a["filenames"]:
+                for shard in range(a["num_shards"]):
+                    name = checkpoint_utils.get_maybe_sharded_checkpoint_filename(
+                        filename, a["suffix"], shard, a["num_shards"]
+                    )
+                    if not PathManager.path_requires_pathmanager(name) and not os.path.exists(name):
+                        raise CheckpointFileError(f"checkpoint {name} does not exist; {_PATH_FIX}")
+        return load_model_ensemble_and_task(*args, **kwargs)
+
+    load.fairseq_residual = True
+    return load
+
+
+def apply() -> None:
+    if not getattr(Trainer.load_checkpoint, "fairseq_residual", False):
+        Trainer.load_checkpoint = _resuming_load_checkpoint(Trainer.load_checkpoint)
+    if not getattr(checkpoint_utils.load_checkpoint_to_cpu, "fairseq_residual", False):
+        checkpoint_utils.load_checkpoint_to_cpu = _reporting_load_checkpoint_to_cpu(
+            checkpoint_utils.load_checkpoint_to_cpu
+        )
+    if not getattr(checkpoint_utils.load_model_ensemble_and_task, "fairseq_residual", False):
+        checkpoint_utils.load_model_ensemble_and_task = _checking_load_model_ensemble_and_task(
+            checkpoint_utils.load_model_ensemble_and_task
+        )

@@ -1,0 +1,352 @@
+"""SIGKILL a fairseq training again and again, many times inside a checkpoint save, and check the result.
+
+Each start of the same ``fairseq-train`` command (``--save-interval-updates 1``, so a save follows
+every update) is killed with SIGKILL either 0-80 ms after its n-th "Saving checkpoint to" log line
+or at a random moment since its start (while starting, loading, training, validating). After each
+kill every ``checkpoint*.pt`` in the save dir must load in full, and the next start must resume
+from the update count recorded in ``checkpoint_last.pt`` (and remove the killed save's ``.tmp``
+files). After the last kill the command runs to its ``--max-update``; its final parameters,
+optimizer state and update count must be bit-identical to one uninterrupted run of the same
+command.
+
+To make many kills affordable, each start is a fork of this process with fairseq and the plugin
+already imported (``fairseq_cli.train.cli_main`` with the command's arguments, one torch thread),
+instead of a fresh interpreter that spends ~4 s importing fairseq: the SIGKILL and everything the
+training writes are real. The reference run is started the same way.
+
+    python -m fairseq_residual_tools.kill_stress --work /tmp/kill-stress --kills 50 --size large
+"""
+
+import argparse
+import json
+import logging
+import os
+import random
+import re
+import signal
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Optional
+
+import torch
+
+PLUGIN_DIR = str(Path(__file__).resolve().parents[1] / "fairseq_residual")
+
+#: (layers, width, FFN width, heads): ``large`` is the issue's 2-layer width-256 model (45 MB checkpoints
+#: with Adam's state on the demo corpus), ``small`` the make-test one (~3 MB)
+SIZES = {"small": (2, 64, 128, 2), "large": (2, 256, 1024, 4)}
+
+SAVING = "Saving checkpoint to"
+SAVED = "Saved checkpoint"
+
+
+def train_command(databin, save_dir, size, max_update, seed=1):
+    layers, width, ffn, heads = SIZES[size]
+    model = []
+    for side in ("encoder", "decoder"):
+        model += [f"--{side}-layers", str(layers), f"--{side}-embed-dim", str(width)]
+        model += [f"--{side}-ffn-embed-dim", str(ffn), f"--{side}-attention-heads", str(heads)]
+    return [
+        str(databin),
+        "--user-dir",
+        PLUGIN_DIR,
+        "--arch",
+        "residual_transformer",
+        *model,
+        "--share-all-embeddings",
+        "--dropout",
+        "0.1",
+        "--optimizer",
+        "adam",
+        "--lr",
+        "1e-3",
+        "--criterion",
+        "label_smoothed_cross_entropy",
+        "--label-smoothing",
+        "0.1",
+        "--max-tokens",
+        "1024",
+        "--max-update",
+        str(max_update),
+        "--cpu",
+        "--num-workers",
+        "0",
+        "--save-dir",
+        str(save_dir),
+        "--save-interval-updates",
+        "1",
+        "--keep-interval-updates",
+        "3",
+        "--keep-last-epochs",
+        "2",
+        "--log-format",
+        "simple",
+        "--log-interval",
+        "1",
+        "--seed",
+        str(seed),
+    ]
+
+
+def start_training(argv, log_path, in_child: Optional[Callable[[], None]] = None) -> int:
+    """Fork a ``fairseq-train argv`` whose output goes to ``log_path``; returns its pid.
+
+    ``in_child`` runs in the child before training (tests use it to plant a failure).
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    code = 1
+    try:
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        sys.stdout = sys.stderr = os.fdopen(1, "w", buffering=1)
+        handler = logging.StreamHandler(sys.stdout)
+        handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
+        logging.root.handlers = [handler]
+        logging.root.setLevel(logging.INFO)
+        from fairseq_cli import train
+
+        torch.set_num_threads(1)  # one thread: no OpenMP pool inherited across the fork, same maths every start
+        if in_child is not None:
+            in_child()
+
+        sys.argv = ["fairseq-train", *argv]
+        train.cli_main()
+        code = 0
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else 1
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        sys.stdout.flush()
+        os._exit(code)
+
+
+def wait_or_kill(pid, log_path, offset, saves_before_kill=None, delay=0.0, kill_at=None):
+    """Watch one start; SIGKILL it ``delay`` s after its n-th save began or at ``kill_at`` (monotonic).
+
+    Returns (killed, exit status, this start's log text).
+    """
+    saves, due = 0, kill_at
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return False, os.waitstatus_to_exitcode(status), _read(log_path, offset)
+        if due is None and saves_before_kill is not None:
+            saves = _read(log_path, offset).count(SAVING)
+            if saves >= saves_before_kill:
+                due = time.monotonic() + delay
+        if due is not None and time.monotonic() >= due:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return True, -signal.SIGKILL, _read(log_path, offset)
+        time.sleep(0.001)
+
+
+def _read(path, offset):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        f.seek(offset)
+        return f.read()
+
+
+def unreadable_checkpoints(save_dir):
+    """The ``checkpoint*.pt`` files that torch cannot load in full."""
+    bad = []
+    for path in sorted(Path(save_dir).glob("checkpoint*.pt")):
+        try:
+            torch.load(path, map_location="cpu")
+        except Exception as e:
+            bad.append(f"{path.name}: {type(e).__name__}: {str(e).splitlines()[0][:120]}")
+    return bad
+
+
+def last_updates(save_dir) -> Optional[int]:
+    """The update count in ``checkpoint_last.pt``: None if there is none, -1 if it cannot be read."""
+    path = Path(save_dir) / "checkpoint_last.pt"
+    if not path.exists():
+        return None
+    try:
+        return torch.load(path, map_location="cpu", mmap=True)["optimizer_history"][-1]["num_updates"]
+    except Exception:
+        return -1  # unreadable (already counted as corrupt): no start can resume from it
+
+
+@dataclass
+class StressReport:
+    kills: int = 0
+    kills_inside_a_save: int = 0
+    kills_at_random_moments: int = 0
+    starts: int = 0
+    resumes_checked: int = 0
+    failed_resumes: list = field(default_factory=list)
+    corrupt_files: list = field(default_factory=list)
+    temporary_files_left_by_kills: int = 0
+    temporary_files_removed_at_start: int = 0
+    final_updates: Optional[int] = None
+    reference_updates: Optional[int] = None
+    parameters_identical: Optional[bool] = None
+    optimizer_state_identical: Optional[bool] = None
+    max_abs_parameter_difference: Optional[float] = None
+    seconds: float = 0.0
+
+    @property
+    def passed(self) -> bool:
+        return (
+            not self.failed_resumes
+            and not self.corrupt_files
+            and self.temporary_files_removed_at_start == self.temporary_files_left_by_kills
+            and self.final_updates == self.reference_updates
+            and bool(self.parameters_identical and self.optimizer_state_identical)
+        )
+
+
+def _check_resume(report, log, expected_updates, temporary_files):
+    """A start that got as far as training must have loaded ``expected_updates`` (None: a fresh start)."""
+    loaded = re.search(r"Loaded checkpoint \S*checkpoint_last\.pt \(epoch \d+ @ (\d+) updates\)", log)
+    started_training = "begin training" in log or "| epoch " in log
+    if loaded is None and not started_training:
+        return  # killed before the checkpoint was loaded: nothing to judge
+    report.resumes_checked += 1
+    got = int(loaded.group(1)) if loaded else None
+    if got != expected_updates:
+        report.failed_resumes.append(f"start {report.starts}: expected {expected_updates} updates, loaded {got}")
+    if temporary_files:
+        removed = re.search(r"removed (\d+) temporary file", log)
+        report.temporary_files_removed_at_start += int(removed.group(1)) if removed else 0
+
+
+def run_stress(databin, work, kills=20, size="small", max_update=None, seed=1, anytime_share=0.25, max_delay=0.08):
+    """Kill ``kills`` starts of one training, finish it, compare with an uninterrupted run."""
+    import fairseq_residual  # noqa: F401  (the plugin as --user-dir loads it: imported once, before the forks)
+
+    torch.set_num_threads(1)
+    begin = time.monotonic()
+    work = Path(work)
+    work.mkdir(parents=True, exist_ok=True)
+    max_update = max_update or 2 * kills + 10
+    rng = random.Random(seed)
+    report = StressReport()
+
+    reference = work / "reference"
+    reference_log = work / "reference.log"
+    _fresh(reference, reference_log)
+    pid = start_training(train_command(databin, reference, size, max_update), reference_log)
+    _, code, log = wait_or_kill(pid, reference_log, 0)
+    if code != 0:
+        raise RuntimeError(f"the uninterrupted run failed ({code}):\n{log[-3000:]}")
+    first_save = _seconds_to_first_save(log)
+
+    killed = work / "killed"
+    log_path = work / "killed.log"
+    _fresh(killed, log_path)
+    argv = train_command(databin, killed, size, max_update)
+    while True:
+        expected, leftovers = last_updates(killed), len(list(killed.glob("*.tmp")))
+        offset = log_path.stat().st_size if log_path.exists() else 0
+        report.starts += 1
+        pid = start_training(argv, log_path)
+        at_random = report.kills < kills and rng.random() < anytime_share
+        if report.kills >= kills:
+            is_killed, code, log = wait_or_kill(pid, log_path, offset)
+        elif at_random:
+            kill_at = time.monotonic() + rng.uniform(0, 1.5 * first_save)
+            is_killed, code, log = wait_or_kill(pid, log_path, offset, kill_at=kill_at)
+        else:
+            n, delay = rng.randint(1, 3), rng.uniform(0, max_delay)
+            is_killed, code, log = wait_or_kill(pid, log_path, offset, saves_before_kill=n, delay=delay)
+        _check_resume(report, log, expected, leftovers)
+        if not is_killed:
+            if code != 0:
+                report.failed_resumes.append(f"start {report.starts} exited with {code}: {log.strip()[-300:]}")
+            break
+        report.kills += 1
+        if log.rfind(SAVING) > log.rfind(SAVED):
+            report.kills_inside_a_save += 1
+        report.kills_at_random_moments += int(at_random)
+        report.corrupt_files += [f"after kill {report.kills}: {bad}" for bad in unreadable_checkpoints(killed)]
+        report.temporary_files_left_by_kills += len(list(killed.glob("*.tmp")))
+
+    _compare(report, killed / "checkpoint_last.pt", reference / "checkpoint_last.pt")
+    report.seconds = round(time.monotonic() - begin, 1)
+    return report
+
+
+def _fresh(save_dir, log_path):
+    import shutil
+
+    shutil.rmtree(save_dir, ignore_errors=True)
+    Path(log_path).unlink(missing_ok=True)
+
+
+def _seconds_to_first_save(log) -> float:
+    """Seconds from the run's first log line to its first save: the span random kills are drawn from."""
+    stamps = re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})", log, flags=re.M)
+    first_save = log.find(SAVING)
+    if not stamps or first_save < 0:
+        return 5.0
+    before = re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})", log[:first_save], flags=re.M)
+
+    def seconds(stamp):
+        return time.mktime(time.strptime(stamp[0], "%Y-%m-%d %H:%M:%S")) + int(stamp[1]) / 1000
+
+    return max(0.5, seconds(before[-1]) - seconds(stamps[0]))
+
+
+def _compare(report, final_path, reference_path):
+    final = torch.load(final_path, map_location="cpu")
+    reference = torch.load(reference_path, map_location="cpu")
+    report.final_updates = final["optimizer_history"][-1]["num_updates"]
+    report.reference_updates = reference["optimizer_history"][-1]["num_updates"]
+    params = [(final["model"][k], reference["model"][k]) for k in reference["model"]]
+    report.parameters_identical = final["model"].keys() == reference["model"].keys() and all(
+        torch.equal(a, b) for a, b in params
+    )
+    report.max_abs_parameter_difference = max(
+        float((a.double() - b.double()).abs().max()) for a, b in params if a.is_floating_point()
+    )
+    report.optimizer_state_identical = _equal(final["last_optimizer_state"], reference["last_optimizer_state"])
+
+
+def _equal(a, b) -> bool:
+    if isinstance(a, torch.Tensor):
+        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--work", required=True, help="folder for the data, both save dirs and the logs")
+    parser.add_argument("--data", help="a fairseq data-bin (default: the embedded demo corpus, made under --work)")
+    parser.add_argument("--kills", type=int, default=50)
+    parser.add_argument("--size", choices=sorted(SIZES), default="large")
+    parser.add_argument("--max-update", type=int, help="default: 2 x kills + 10")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the kill schedule")
+    parser.add_argument("--out", help="write the report as JSON here")
+    args = parser.parse_args(argv)
+    data = args.data
+    if data is None:
+        from .demo.prepare import prepare_demo_data
+
+        data = prepare_demo_data(Path(args.work) / "data", train=800, valid=40, test=40, bpe_merges=400).databin
+    report = run_stress(data, args.work, kills=args.kills, size=args.size, max_update=args.max_update, seed=args.seed)
+    text = json.dumps({**asdict(report), "passed": report.passed}, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0 if report.passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
