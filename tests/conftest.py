@@ -6,6 +6,16 @@ import pytest
 import torch
 
 
+@pytest.fixture(autouse=True, scope="module")
+def torch_threads_unchanged():
+    """Every test module leaves torch's thread count as it found it (later modules time and size on it)."""
+    threads = torch.get_num_threads()
+    yield
+    assert torch.get_num_threads() == threads, (
+        f"torch's thread count changed from {threads} to {torch.get_num_threads()}"
+    )
+
+
 @pytest.fixture(scope="module")
 def one_torch_thread():
     """Tiny models run fastest on one thread, and then a busy machine cannot oversubscribe them."""

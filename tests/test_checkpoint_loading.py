@@ -20,6 +20,7 @@ def globals_needed(path):
         torch.serialization.add_safe_globals(allowlist)
 
 
+@pytest.mark.slow
 def test_a_fresh_fairseq_checkpoint_contains_only_allowlisted_globals(demo_databin, tmp_path):
     # a checkpoint with --eval-bleu statistics (numpy arrays) and the legacy args
     from helpers import run_cli, train_args

@@ -96,6 +96,7 @@ def reduced_study(tmp_path_factory):
     return work, out, argv, study.main(argv)
 
 
+@pytest.mark.slow
 def test_reduced_study_trains_scores_and_reports_every_run(reduced_study):
     work, out, argv, results = reduced_study
     assert sorted(r["name"] for r in results) == ["residual-e2d2-nowarmup-seed1", "residual-e2d2-warmup-seed1"]
@@ -114,6 +115,7 @@ def test_reduced_study_trains_scores_and_reports_every_run(reduced_study):
         assert (out / png).stat().st_size > 10_000
 
 
+@pytest.mark.slow
 def test_a_second_call_skips_finished_runs_and_rejudges_them_with_the_current_rule(reduced_study):
     work, out, argv, results = reduced_study
     logs = sorted((work / "runs").glob("*/train.out"))
@@ -126,6 +128,7 @@ def test_a_second_call_skips_finished_runs_and_rejudges_them_with_the_current_ru
     assert [r["fails"] for r in again] == [r["fails"] for r in results]
 
 
+@pytest.mark.slow
 def test_probes_read_a_trained_checkpoint(reduced_study, tmp_path):
     work, out, argv, results = reduced_study
     checkpoint = work / "runs" / "residual-e2d2-warmup-seed1" / "checkpoint_last.pt"

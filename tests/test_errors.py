@@ -14,6 +14,7 @@ def error_lines(proc):
     return [line for line in proc.stderr.splitlines() if "error:" in line]
 
 
+@pytest.mark.slow
 def test_unknown_scheme_is_rejected_by_the_cli(tmp_path):
     proc = run_cli(
         [
@@ -38,6 +39,7 @@ def test_unknown_scheme_in_code_names_the_choices():
         build_model(scheme="bogus")
 
 
+@pytest.mark.slow
 def test_embed_dim_not_divisible_by_heads(demo_databin, tmp_path):
     args = train_args(demo_databin.databin, tmp_path, max_update=1)
     args += ["--encoder-embed-dim", "30", "--encoder-attention-heads", "4"]
@@ -46,6 +48,7 @@ def test_embed_dim_not_divisible_by_heads(demo_databin, tmp_path):
     assert line.startswith("error: --encoder-embed-dim 30 is not divisible by --encoder-attention-heads 4")
 
 
+@pytest.mark.slow
 def test_missing_data_folder(tmp_path):
     missing = tmp_path / "data-bin" / "nope"
     proc = run_cli(
@@ -68,6 +71,7 @@ def test_missing_data_folder(tmp_path):
     assert str(missing) in line and "data-prep" in line
 
 
+@pytest.mark.slow
 def test_resuming_with_another_scheme_is_a_clear_error(demo_databin, tmp_path):
     run_cli(train_args(demo_databin.databin, tmp_path, max_update=1, scheme="residual"), cwd=tmp_path)
     proc = run_cli(train_args(demo_databin.databin, tmp_path, max_update=2, scheme="pre"), cwd=tmp_path, check=False)

@@ -12,10 +12,12 @@ from fairseq_residual_tools.analysis import probes
 
 DEPTH = 48
 
+# tiny models, fastest on one thread; probes.main sets its --threads (1) too: restored after the module
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 @pytest.fixture(scope="module")
 def task_and_batch(demo_databin):
-    torch.set_num_threads(1)
     task = probes.translation_task(demo_databin.databin)
     return task, probes.load_batch(task, "valid", sentences=16)
 
@@ -78,7 +80,7 @@ def test_block_input_is_what_the_first_sub_layer_receives(task_and_batch):
         model = probes.build_at_init(task, scheme, 3, 16, 2, 32, seed=1)
         layer = model.encoder.layers[1]
         seen = {}
-        handle = layer.register_forward_pre_hook(lambda m, args: seen.setdefault("input", args[0].detach()))
+        handle = layer.register_forward_pre_hook(lambda m, args, seen=seen: seen.setdefault("input", args[0].detach()))
         captured = [None] * 3
         hooks = probes._capture_sublayer_inputs(model.encoder.layers, captured)
         model(batch.src_tokens, batch.src_lengths, batch.prev_output_tokens)

@@ -91,6 +91,7 @@ def test_cell_configs_follow_the_authors_settings():
     assert opus["task"]["sampling_temperature"] == 5.0 and opus["task"]["encoder_langtok"] == "tgt"
 
 
+@pytest.mark.slow
 def test_dry_run_of_every_cell_prints_a_command_naming_existing_configs(tmp_path):
     proc = subprocess.run(
         [

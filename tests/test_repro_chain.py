@@ -16,6 +16,8 @@ from helpers import ROOT, SCRIPTS, TINY
 
 from fairseq_residual_tools.repro import cli, scoring
 
+pytestmark = pytest.mark.slow  # every test runs the harness's scripts, which start fairseq
+
 CELLS = ("iwslt14/post/e6d6", "iwslt14/residual/e6d6")
 SHRINK = [
     *TINY,

@@ -12,10 +12,13 @@ parameters when fairseq saves.
 import os
 import re
 
+import pytest
 import torch
 from helpers import ROOT, TINY, launch_args
 
 from fairseq_residual_tools.repro import launch
+
+pytestmark = pytest.mark.slow  # a real 2-process training
 
 
 def test_two_cpu_processes_train_as_one_distributed_job(demo_databin, tmp_path, monkeypatch):

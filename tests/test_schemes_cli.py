@@ -12,6 +12,8 @@ import pytest
 import torch
 from helpers import BASELINES, PLUGIN_DIR, run_cli, train_args
 
+pytestmark = pytest.mark.slow  # every test runs fairseq's CLIs
+
 UPDATES = 4
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 PROFILED = "Admin: profiled omega"

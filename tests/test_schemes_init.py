@@ -199,6 +199,7 @@ def _profile_on_one_worker(rank, world, port, batches, results):
     torch.distributed.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_admin_profiles_distributed_workers_alike_on_their_pooled_batches():
     # two workers with different batches end with one omega: that of the two batches together
     import socket
