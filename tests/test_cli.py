@@ -10,8 +10,6 @@ import pytest
 import torch
 from helpers import PLUGIN_DIR, ROOT, run_cli, train_args
 
-pytestmark = pytest.mark.slow  # every test runs fairseq's CLIs
-
 
 @pytest.fixture(scope="module")
 def trained(demo_databin, tmp_path_factory):
@@ -104,14 +102,14 @@ def test_training_resumes_from_checkpoint_last_at_the_saved_update(demo_databin,
     assert min(updates) == 9 and max(updates) == 11
 
 
-def test_hydra_train_with_the_demo_yaml(demo_databin, tmp_path):
+def test_hydra_train_with_the_small_yaml(demo_databin, tmp_path):
     run_cli(
         [
             "fairseq_cli.hydra_train",
             "--config-dir",
             str(ROOT / "configs"),
             "--config-name",
-            "demo",
+            "small",
             f"task.data={demo_databin.databin}",
             f"common.user_dir={PLUGIN_DIR}",
             f"checkpoint.save_dir={tmp_path}",
@@ -127,6 +125,6 @@ def test_hydra_train_with_the_demo_yaml(demo_databin, tmp_path):
     model_cfg = state["cfg"]["model"]
     assert model_cfg["_name"] == "residual_transformer"
     assert model_cfg["residual_scheme"] == "pre" and model_cfg["encoder_layers"] == 1
-    assert model_cfg["encoder_embed_dim"] == 64  # from configs/demo.yaml
+    assert model_cfg["encoder_embed_dim"] == 64  # from configs/small.yaml
     assert state["optimizer_history"][-1]["num_updates"] == 3
     assert "encoder.layer_norm.weight" in state["model"]  # Pre-LN's final LayerNorm
