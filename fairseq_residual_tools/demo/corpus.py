@@ -19,8 +19,14 @@ import random
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
 
-SOURCE_SYLLABLES = "ba be bi bo bu da de di do ka ke ki ko la le li lo ma me mi mo na ne ni no pa pe pi po ra re ri ro sa se si so ta te ti to va ve vi".split()
-TARGET_SYLLABLES = "zu zo za gru gro gra fli flo fla shu sho sha kru kro kra mju mjo mja tsu tso tsa vlu vlo vla hnu hno hna dzu dzo dza pfu pfo pfa".split()
+SOURCE_SYLLABLES = (
+    "ba be bi bo bu da de di do ka ke ki ko la le li lo ma me mi mo na ne ni no pa pe pi po ra re ri ro sa se si so ta "
+    "te ti to va ve vi"
+).split()
+TARGET_SYLLABLES = (
+    "zu zo za gru gro gra fli flo fla shu sho sha kru kro kra mju mjo mja tsu tso tsa vlu vlo vla hnu hno hna dzu dzo "
+    "dza pfu pfo pfa"
+).split()
 
 
 @dataclass(frozen=True)
@@ -108,10 +114,14 @@ class _Sentence:
         return " ".join(src) + ".", " ".join(tgt) + "."
 
 
-def generate_corpus(seed: int = 1, train=6000, valid=300, test=300):
-    """Return {"train"|"valid"|"test": [(source, target), ...]}, disjoint splits."""
+def generate_corpus(seed: int = 1, train=6000, valid=300, test=300, **vocabulary):
+    """Return {"train"|"valid"|"test": [(source, target), ...]}, disjoint splits.
+
+    ``vocabulary`` sets the lexicon's size (``nouns``, ``adjectives``, ``verbs``,
+    ``adverbs``; see ``build_lexicon``): the fewer words, the more often a model sees each.
+    """
     rng = random.Random(seed)
-    lex = build_lexicon(seed)
+    lex = build_lexicon(seed, **vocabulary)
     sentence = _Sentence(rng, lex)
     seen, pairs = set(), []
     while len(pairs) < train + valid + test:
@@ -127,7 +137,9 @@ def generate_corpus(seed: int = 1, train=6000, valid=300, test=300):
 
 
 def write_corpus(out_dir, seed: int = 1, src="src", tgt="tgt", **sizes):
-    """Write ``{split}.{src}`` / ``{split}.{tgt}`` raw text files; return the prefixes."""
+    """Write ``{split}.{src}`` / ``{split}.{tgt}`` raw text files; return the prefixes.
+
+    ``sizes``: the split sizes and vocabulary of ``generate_corpus``."""
     import os
 
     os.makedirs(out_dir, exist_ok=True)

@@ -17,9 +17,10 @@ class DemoData:
     codes: Path
 
 
-def prepare_demo_data(work, seed=1, train=6000, valid=300, test=300, bpe_merges=3000, force=False):
+def prepare_demo_data(work, seed=1, train=6000, valid=300, test=300, bpe_merges=3000, force=False, **vocabulary):
+    """``vocabulary``: the lexicon sizes of ``corpus.generate_corpus``."""
     work = Path(work)
-    raw = write_corpus(work / "raw", seed=seed, src=SRC, tgt=TGT, train=train, valid=valid, test=test)
+    raw = write_corpus(work / "raw", seed=seed, src=SRC, tgt=TGT, train=train, valid=valid, test=test, **vocabulary)
     tok, bpe = work / "tok", work / "bpe"
     tok.mkdir(parents=True, exist_ok=True)
     bpe.mkdir(parents=True, exist_ok=True)
