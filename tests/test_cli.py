@@ -10,6 +10,8 @@ import pytest
 import torch
 from helpers import PLUGIN_DIR, ROOT, run_cli, train_args
 
+pytestmark = pytest.mark.slow  # every test runs fairseq's CLIs
+
 
 @pytest.fixture(scope="module")
 def trained(demo_databin, tmp_path_factory):
