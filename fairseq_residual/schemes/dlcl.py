@@ -128,6 +128,7 @@ class LayerHistory:
 
     def combine(self, weight: Tensor) -> Tensor:
         """sum_k weight[k] * entry k over the entries so far."""
+        assert self.buffer is not None, "combine() before the first append()"
         stored = self.buffer.narrow(-1, 0, len(self.handles) * self.handles[0].size(-1))
         return _Combine.apply(weight, stored, *self.handles)
 
@@ -192,9 +193,11 @@ class HistoryOutput(nn.LayerNorm):
         uniform_row(self.history_weight, inputs)
 
     def forward(self, last_output: Tensor) -> Tensor:
-        self.history.start(last_output)
-        mixed = self.history.combine(self.history_weight)
-        self.history.clear()  # the last reader: autograd keeps what backward needs
+        history = self.history
+        assert history is not None, "DLCL.initialize gives the stack top its history"
+        history.start(last_output)
+        mixed = history.combine(self.history_weight)
+        history.clear()  # the last reader: autograd keeps what backward needs
         return super().forward(mixed)
 
 
