@@ -1,0 +1,55 @@
+#!/usr/bin/env python
+"""Peak training memory of DLCL relative to Pre-LN, one training step of each in a fresh process.
+
+    python scripts/dlcl_memory.py --out results/dlcl-memory/after.json     # WMT E18D18
+
+The probe is the benchmark's (``fairseq_residual_tools/bench.py``): parameters + Adam state +
+the peak of live tensor bytes during one step, the rise of the process's peak resident memory,
+and the bytes autograd saves for backward; both models at the size's widths and batch.
+"""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import fairseq_residual  # noqa: E402
+from fairseq_residual_tools import bench  # noqa: E402
+from fairseq_residual_tools.provenance import provenance  # noqa: E402
+
+SCHEMES = ("pre", "dlcl")
+MEASURES = ("peak_mb", "rss_rise_mb", "saved_mb")
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--size", default="wmt-e18d18", choices=list(bench.SIZES), help="model size and batch")
+    parser.add_argument("--threads", type=int, default=1, help="intra-op threads of each measuring process")
+    parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
+    args = parser.parse_args(argv)
+    size = bench.SIZES[args.size]
+    memory = {
+        scheme: bench.memory_probe_in_fresh_process(
+            size, bench.Variant(scheme, f"residual_transformer --residual-scheme {scheme}", scheme), args.threads
+        )
+        for scheme in SCHEMES
+    }
+    ratio = {key: memory["dlcl"][key] / memory["pre"][key] for key in MEASURES if memory["pre"][key]}
+    record = {
+        "command": " ".join([Path(sys.argv[0]).name] + (argv if argv is not None else sys.argv[1:])),
+        "plugin": str(Path(fairseq_residual.__file__).parent),
+        "size": bench.asdict(size),
+        "threads": args.threads,
+        "memory": memory,
+        "dlcl_over_pre": ratio,
+        "provenance": provenance(),
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(record, indent=2) + "\n")
+    print(f"{args.size}: DLCL / Pre-LN " + ", ".join(f"{k} {v:.3f}" for k, v in ratio.items()))
+
+
+if __name__ == "__main__":
+    main()
