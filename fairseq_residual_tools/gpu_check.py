@@ -1,0 +1,254 @@
+"""The checks that need a CUDA GPU, as one prepared run: ``bash scripts/gpu_check.sh`` (< 10 min on one GPU).
+
+1. Reduced precision at depth: Post-LN, Pre-LN and ResiDual at E18D18 (the WMT model, 512 wide) trained
+   for ``--updates`` updates on the embedded corpus with ``--fp16``, with the authors' OPUS-100 setting
+   ``--memory-efficient-fp16 --fp16-init-scale 8``, and with ``--amp``. Recorded per run: whether every
+   logged loss is finite, the loss-scale history, tokens/s (fairseq's ``wps``, median over the logged
+   intervals after the first), and per precision each scheme's tokens/s as a ratio to Pre-LN's.
+2. A one-node ``torchrun`` launch (NCCL) through ``scripts/train.sh`` on every visible GPU (one rank
+   per GPU; with a single GPU, world size 1).
+
+Everything goes to ``--out`` (default ``results/gpu-check/``): ``gpu_check.json``, ``report.md`` (with the
+exact command, versions and machine) and every run's log under ``logs/``. ``--dry-run`` prints the
+commands and runs nothing (no GPU needed).
+"""
+
+import argparse
+import json
+import re
+import shlex
+import statistics
+import sys
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+from .errors import UserError
+from .provenance import describe, provenance
+from .runner import PLUGIN_DIR, fairseq_command, run_logged
+
+ROOT = PLUGIN_DIR.parent
+
+PRECISIONS: Dict[str, List[str]] = {
+    "fp16": ["--fp16"],
+    "memory-efficient-fp16": ["--memory-efficient-fp16", "--fp16-init-scale", "8"],
+    "amp": ["--amp"],
+}
+SCHEMES = ["post", "pre", "residual"]
+REFERENCE = "pre"
+TORCHRUN_CELL = "iwslt14/residual/e6d6"
+
+
+def train_command(databin, scheme: str, precision: str, updates: int) -> List[str]:
+    """fairseq-train of the WMT E18D18 model, no checkpoints, no validation, JSON logs every 10 updates."""
+    return fairseq_command(
+        "train",
+        databin,
+        *("--user-dir", PLUGIN_DIR, "--arch", "residual_transformer_wmt_en_de", "--residual-scheme", scheme),
+        *("--encoder-layers", 18, "--decoder-layers", 18, "--share-all-embeddings"),
+        *("--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "5e-4"),
+        *("--lr-scheduler", "inverse_sqrt", "--warmup-updates", 100),
+        *("--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"),
+        *("--max-tokens", 4096, "--max-update", updates, "--no-save", "--disable-validation", "--seed", 1),
+        *("--log-format", "json", "--log-interval", 10),
+        *PRECISIONS[precision],
+    )
+
+
+def torchrun_command(databin, work: Path, gpus: int, updates: int) -> List[str]:
+    """scripts/train.sh with torchrun on ``gpus`` GPUs, the demo's src-tgt data, no validation or checkpoints."""
+    return [
+        "bash",
+        str(ROOT / "scripts" / "train.sh"),
+        *("--cell", TORCHRUN_CELL, "--data", str(databin), "--gpus", str(gpus), "--launcher", "torchrun"),
+        *("--work", str(work / "torchrun"), "--results", str(work / "torchrun-results"), "--"),
+        f"optimization.max_update={updates}",
+        "task.source_lang=src",
+        "task.target_lang=tgt",
+        "task.eval_bleu=false",
+        "dataset.disable_validation=true",
+        "checkpoint.no_save=true",
+    ]
+
+
+def interval_records(text: str) -> List[dict]:
+    """fairseq's per-interval training records (``train_inner``) of a ``--log-format json`` log."""
+    records = []
+    for line in text.splitlines():
+        brace = line.find("{")
+        if "train_inner" not in line or brace < 0:
+            continue
+        try:
+            rec = json.loads(line[brace:])
+        except json.JSONDecodeError:
+            continue
+        if "num_updates" in rec and "loss" in rec:
+            records.append(rec)
+    return records
+
+
+def _float(value) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def summarise_run(text: str) -> dict:
+    """Losses, loss-scale history and tokens/s of one training log."""
+    records = interval_records(text)
+    losses = [(int(r["num_updates"]), _float(r["loss"])) for r in records]
+    scales = [(int(r["num_updates"]), _float(r["loss_scale"])) for r in records if "loss_scale" in r]
+    wps = [_float(r["wps"]) for r in records[1:] if "wps" in r]  # the first interval includes start-up
+    return {
+        "updates": losses[-1][0] if losses else 0,
+        "losses": losses,
+        "loss_finite": bool(losses) and all(x == x and abs(x) != float("inf") for _, x in losses),
+        "loss_scale": scales,
+        "overflow_messages": len(re.findall(r"gradient overflow detected", text)),
+        "tokens_per_s": statistics.median(wps) if wps else None,
+    }
+
+
+def speed_ratios(runs: Dict[str, dict]) -> Dict[str, float]:
+    """Each scheme's tokens/s divided by Pre-LN's (one precision)."""
+    reference = runs.get(REFERENCE, {}).get("tokens_per_s")
+    return {s: r["tokens_per_s"] / reference for s, r in runs.items() if reference and r.get("tokens_per_s")}
+
+
+def report_markdown(record: dict) -> str:
+    lines = [
+        "# GPU check",
+        "",
+        f"Command: `{record['command']}`  ",
+        describe(record["provenance"]),
+        "",
+        f"GPUs: {', '.join(record['gpus'])} (CUDA {record['cuda']})",
+        "",
+        f"## E18D18 training, {record['updates']} updates on the embedded corpus",
+        "",
+        "| precision | scheme | loss finite | last loss | loss scale (first, min, last) | tokens/s | / Pre-LN |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for precision, runs in record["precision"].items():
+        ratios = speed_ratios(runs)
+        for scheme, run in runs.items():
+            if "error" in run:
+                lines.append(f"| {precision} | {scheme} | failed: {run['error']} | | | | |")
+                continue
+            scales = [s for _, s in run["loss_scale"]]
+            scale = f"{scales[0]:g}, {min(scales):g}, {scales[-1]:g}" if scales else "-"
+            last = f"{run['losses'][-1][1]:.3f}" if run["losses"] else "-"
+            speed = f"{run['tokens_per_s']:.0f}" if run["tokens_per_s"] else "-"
+            ratio = f"{ratios[scheme]:.3f}" if scheme in ratios else "-"
+            lines.append(f"| {precision} | {scheme} | {run['loss_finite']} | {last} | {scale} | {speed} | {ratio} |")
+    torchrun = record.get("torchrun")
+    if torchrun:
+        lines += ["", "## torchrun through scripts/train.sh", "", f"`{torchrun['command']}`: {torchrun['outcome']}"]
+    return "\n".join(lines) + "\n"
+
+
+def visible_gpus() -> List[str]:
+    import torch
+
+    return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+
+
+def run(args) -> dict:
+    out, work = Path(args.out), Path(args.work)
+    command = "bash scripts/gpu_check.sh " + shlex.join(args.argv)
+    databin = work / "demo" / "data-bin"
+    plan = [(p, s, train_command(databin, s, p, args.updates)) for p in args.precisions for s in args.schemes]
+    gpus = [] if args.dry_run else visible_gpus()
+    torchrun = torchrun_command(databin, work, max(len(gpus), 1), args.torchrun_updates)
+    if args.dry_run:
+        print(f"data: the embedded corpus prepared into {databin}")
+        for _, _, cmd in plan:
+            print(shlex.join(cmd))
+        if not args.skip_torchrun:
+            print(shlex.join(torchrun))
+        return {}
+    if not gpus:
+        raise UserError(
+            "no CUDA GPU visible (torch.cuda.is_available() is False): run this on a GPU machine, "
+            "or add --dry-run to see the commands"
+        )
+    from .demo.prepare import prepare_demo_data
+
+    prepare_demo_data(work / "demo")
+    import torch
+
+    record = {"command": command, "provenance": provenance(), "gpus": gpus, "cuda": torch.version.cuda}
+    record["updates"] = args.updates
+    record["precision"] = {p: {} for p in args.precisions}
+    for precision, scheme, cmd in plan:
+        log = out / "logs" / f"{precision}-{scheme}.log"
+        log.unlink(missing_ok=True)  # run_logged appends
+        try:
+            run_logged(cmd, log, label=f"{precision} {scheme}")
+            record["precision"][precision][scheme] = summarise_run(log.read_text())
+        except UserError as e:
+            record["precision"][precision][scheme] = {"error": str(e)}
+        print(f"{precision} {scheme}: {record['precision'][precision][scheme]}", flush=True)
+    if not args.skip_torchrun:
+        try:
+            run_logged(torchrun, out / "logs" / "torchrun.log", label="torchrun")
+            text = (out / "logs" / "torchrun.log").read_text()
+            outcome = f"finished; NCCL named in the log: {'nccl' in text.lower()}"
+        except UserError as e:
+            outcome = f"failed: {e}"
+        record["torchrun"] = {"command": shlex.join(torchrun), "outcome": outcome}
+    (out / "gpu_check.json").write_text(json.dumps(record, indent=1) + "\n")
+    (out / "report.md").write_text(report_markdown(record))
+    return record
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="scripts/gpu_check.sh",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--out", default=str(ROOT / "results" / "gpu-check"), help="results folder")
+    parser.add_argument("--work", default=str(ROOT / "work" / "gpu-check"), help="data and scratch folder")
+    parser.add_argument("--updates", type=int, default=300, help="updates per precision run (default 300)")
+    parser.add_argument("--torchrun-updates", type=int, default=50, help="updates of the torchrun launch")
+    parser.add_argument("--schemes", default=",".join(SCHEMES), help=f"comma-separated (default {SCHEMES})")
+    parser.add_argument("--precisions", default=",".join(PRECISIONS), help=f"comma-separated, from {list(PRECISIONS)}")
+    parser.add_argument("--skip-torchrun", action="store_true", help="leave out the torchrun launch")
+    parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    return parser
+
+
+def parse_args(argv: Sequence[str]):
+    from fairseq_residual.schemes import SCHEMES as REGISTERED
+
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.argv = list(argv)
+    args.schemes = [s for s in args.schemes.split(",") if s]
+    args.precisions = [p for p in args.precisions.split(",") if p]
+    unknown = [s for s in args.schemes if s not in REGISTERED] + [p for p in args.precisions if p not in PRECISIONS]
+    if unknown:
+        parser.error(
+            f"unknown scheme or precision {', '.join(unknown)}: "
+            f"schemes {list(REGISTERED)}, precisions {list(PRECISIONS)}"
+        )
+    if REFERENCE not in args.schemes:
+        parser.error(f"--schemes must include {REFERENCE} (the speed ratios are to Pre-LN)")
+    if args.updates < 20:
+        parser.error("--updates must be at least 20 (two logged intervals)")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    try:
+        run(args)
+    except UserError as e:
+        sys.stderr.write(f"error: {e}\n")
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

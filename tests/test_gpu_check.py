@@ -1,0 +1,110 @@
+"""scripts/gpu_check.sh without a GPU: argument handling, --dry-run, the refusal to run, and the reading of
+fairseq's JSON training logs that the GPU run's report is made of."""
+
+import json
+import subprocess
+
+import pytest
+import torch
+from helpers import ROOT
+
+from fairseq_residual_tools.gpu_check import parse_args, report_markdown, speed_ratios, summarise_run
+from fairseq_residual_tools.provenance import provenance
+
+SCRIPT = ROOT / "scripts" / "gpu_check.sh"
+
+
+def run_script(*args):
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_dry_run_prints_every_precision_and_scheme_and_the_torchrun_launch(tmp_path):
+    proc = run_script("--dry-run", "--updates", "200", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = [line for line in proc.stdout.splitlines() if "fairseq_cli.train" in line]
+    assert len(lines) == 9
+    for precision, flags in [
+        ("fp16", " --fp16"),
+        ("memory-efficient-fp16", " --memory-efficient-fp16 --fp16-init-scale 8"),
+        ("amp", " --amp"),
+    ]:
+        runs = [line for line in lines if line.endswith(flags)]
+        assert len(runs) == 3, precision
+        assert {line.split("--residual-scheme ")[1].split()[0] for line in runs} == {"post", "pre", "residual"}
+    assert all("--encoder-layers 18 --decoder-layers 18" in line and "--max-update 200" in line for line in lines)
+    torchrun = [line for line in proc.stdout.splitlines() if "scripts/train.sh" in line]
+    assert len(torchrun) == 1 and "--launcher torchrun" in torchrun[0]
+    assert not (tmp_path / "out").exists()  # a dry run writes nothing
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_without_a_gpu_it_stops_with_one_line(tmp_path):
+    proc = run_script("--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: no CUDA GPU visible")
+    assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--schemes", "post,foo"], "unknown scheme or precision foo"),
+        (["--precisions", "bf16"], "unknown scheme or precision bf16"),
+        (["--schemes", "post,residual"], "must include pre"),
+        (["--updates", "5"], "at least 20"),
+    ],
+)
+def test_bad_arguments_are_refused(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(argv)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def train_inner(updates, loss, wps, loss_scale=None):
+    """One per-interval record as fairseq-train --log-format json writes it."""
+    rec = {"epoch": 1, "update": 0.5, "loss": f"{loss}", "wps": f"{wps}", "num_updates": str(updates)}
+    if loss_scale is not None:
+        rec["loss_scale"] = str(loss_scale)
+    return f"2026-12-01 06:00:00 | INFO | train_inner | {json.dumps(rec)}"
+
+
+def test_summary_reads_losses_loss_scale_and_tokens_per_second():
+    log = "\n".join(
+        [
+            "2026-12-01 06:00:00 | INFO | fairseq.trainer | NOTE: gradient overflow detected, ignoring gradient,"
+            " setting loss scale to: 64.0",
+            train_inner(10, 9.5, 1000.0, 64),  # the first interval (start-up) is left out of tokens/s
+            train_inner(20, 8.25, 20000.0, 64),
+            train_inner(30, 7.5, 22000.0, 128),
+            train_inner(40, 7.0, 21000.0, 128),
+            '2026-12-01 06:00:09 | INFO | train | {"epoch": 1, "train_loss": "7.9", "train_num_updates": "40"}',
+        ]
+    )
+    run = summarise_run(log)
+    assert run["updates"] == 40 and run["loss_finite"] is True
+    assert run["losses"] == [(10, 9.5), (20, 8.25), (30, 7.5), (40, 7.0)]
+    assert run["loss_scale"] == [(10, 64.0), (20, 64.0), (30, 128.0), (40, 128.0)]
+    assert run["tokens_per_s"] == 21000.0 and run["overflow_messages"] == 1
+    diverged = summarise_run("\n".join([train_inner(10, 9.5, 1.0), train_inner(20, "nan", 1.0)]))
+    assert diverged["loss_finite"] is False
+
+
+def test_report_gives_each_schemes_speed_as_a_ratio_to_pre_ln():
+    runs = {
+        "post": {"tokens_per_s": 9000.0, "losses": [(10, 7.0)], "loss_finite": True, "loss_scale": [(10, 8.0)]},
+        "pre": {"tokens_per_s": 10000.0, "losses": [(10, 7.0)], "loss_finite": True, "loss_scale": [(10, 8.0)]},
+        "residual": {"error": "residual failed (exit status 1): boom; full log: x.log"},
+    }
+    assert speed_ratios(runs) == {"post": 0.9, "pre": 1.0}
+    record = {
+        "command": "bash scripts/gpu_check.sh",
+        "provenance": provenance(),
+        "cuda": "12.8",
+        "gpus": ["NVIDIA H200"],
+        "updates": 300,
+        "precision": {"amp": runs},
+    }
+    table = report_markdown(record)
+    assert "| amp | post | True | 7.000 | 8, 8, 8 | 9000 | 0.900 |" in table
+    assert "GPUs: NVIDIA H200 (CUDA 12.8)" in table
+    assert "| amp | residual | failed: residual failed (exit status 1): boom" in table
