@@ -227,7 +227,15 @@ def run_stress(databin, work, kills=20, size="small", max_update=None, seed=1, a
     """Kill ``kills`` starts of one training, finish it, compare with an uninterrupted run."""
     import fairseq_residual  # noqa: F401  (the plugin as --user-dir loads it: imported once, before the forks)
 
-    torch.set_num_threads(1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # the checks in this process stay off OpenMP, so that forking it is safe
+    try:
+        return _run_stress(databin, work, kills, size, max_update, seed, anytime_share, max_delay)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run_stress(databin, work, kills, size, max_update, seed, anytime_share, max_delay):
     begin = time.monotonic()
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)

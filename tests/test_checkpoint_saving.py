@@ -33,6 +33,7 @@ def _die_halfway_through_the_second_copy_to_checkpoint_last():
     shutil.copyfile = dying_copyfile
 
 
+@pytest.mark.slow
 def test_a_kill_inside_the_copy_to_checkpoint_last_leaves_the_previous_complete_file(demo_databin, tmp_path):
     save_dir, log = tmp_path / "ckpt", tmp_path / "train.log"
     argv = train_command(demo_databin.databin, save_dir, "small", max_update=4)

@@ -1,0 +1,113 @@
+"""Resuming past an unreadable checkpoint_last.pt; one line for a missing or truncated checkpoint."""
+
+import os
+import re
+import shutil
+
+import pytest
+import torch
+from helpers import PLUGIN_DIR, run_cli
+
+from fairseq_residual.checkpoint_reading import resume_path
+from fairseq_residual.errors import CheckpointFileError
+from fairseq_residual_tools.kill_stress import start_training, train_command, wait_or_kill
+
+
+def one_error_line(proc):
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    (line,) = [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+    return line
+
+
+def truncate(path):
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+
+
+def train(argv, log):
+    offset = log.stat().st_size if log.exists() else 0
+    _, status, text = wait_or_kill(start_training(argv, log), log, offset)
+    assert status == 0, text[-3000:]
+    return text
+
+
+@pytest.fixture(scope="module")
+def three_updates(demo_databin, tmp_path_factory):
+    """A save dir after 3 updates, saved after each (checkpoint_1_{1,2,3}.pt, best, last)."""
+    save_dir = tmp_path_factory.mktemp("three-updates")
+    train(train_command(demo_databin.databin, save_dir, "small", max_update=3), save_dir.parent / "three.log")
+    return save_dir
+
+
+@pytest.mark.slow
+def test_resume_from_a_truncated_checkpoint_last_takes_the_newest_readable_checkpoint(
+    demo_databin, three_updates, tmp_path
+):
+    save_dir = tmp_path / "ckpt"
+    shutil.copytree(three_updates, save_dir)
+    truncate(save_dir / "checkpoint_last.pt")
+    # newest by the recorded update count, not by file time
+    os.utime(save_dir / "checkpoint_1_1.pt", (2e9, 2e9))
+    text = train(train_command(demo_databin.databin, save_dir, "small", max_update=5), tmp_path / "log")
+    (warning,) = [line for line in text.splitlines() if "resuming from" in line]
+    assert f"{save_dir}/checkpoint_last.pt is truncated" in warning
+    assert re.search(r"resuming from \S+(checkpoint_1_3|checkpoint_best)\.pt \(3 updates\)", warning), warning
+    assert re.search(r"Loaded checkpoint \S+(checkpoint_1_3|checkpoint_best)\.pt \(epoch 1 @ 3 updates\)", text)
+    assert torch.load(save_dir / "checkpoint_last.pt")["optimizer_history"][-1]["num_updates"] == 5
+
+
+@pytest.mark.slow
+def test_resume_with_no_readable_checkpoint_is_one_line_naming_the_folder(demo_databin, three_updates, tmp_path):
+    save_dir = tmp_path / "ckpt"
+    shutil.copytree(three_updates, save_dir)
+    for path in save_dir.glob("*.pt"):
+        truncate(path)
+    proc = run_cli(
+        ["fairseq_cli.train", *train_command(demo_databin.databin, save_dir, "small", max_update=5)],
+        cwd=tmp_path,
+        check=False,
+    )
+    line = one_error_line(proc)
+    assert f"cannot resume in {save_dir}: checkpoint_last.pt is truncated" in line
+    assert "no other checkpoint there can be read" in line and f"move {save_dir} away" in line
+
+
+def test_an_unreadable_restore_file_is_an_error_naming_it(tmp_path):
+    bad = tmp_path / "mine.pt"
+    bad.write_bytes(b"PK\x03\x04 not really a checkpoint")
+    with pytest.raises(CheckpointFileError, match=f"cannot resume from {bad}: it is truncated or not a checkpoint"):
+        resume_path(str(bad))
+
+
+@pytest.mark.slow
+def test_a_readable_checkpoint_last_is_used_as_it_is(three_updates):
+    assert resume_path(str(three_updates / "checkpoint_last.pt")) == str(three_updates / "checkpoint_last.pt")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("problem", ["missing", "truncated"])
+def test_generate_with_a_bad_path_is_one_line_naming_the_file(demo_databin, three_updates, tmp_path, problem):
+    path = tmp_path / "checkpoint_best.pt"
+    if problem == "truncated":
+        shutil.copy(three_updates / "checkpoint_best.pt", path)
+        truncate(path)
+    proc = run_cli(
+        ["fairseq_cli.generate", str(demo_databin.databin), "--user-dir", PLUGIN_DIR, "--path", str(path), "--cpu"],
+        cwd=tmp_path,
+        check=False,
+    )
+    line = one_error_line(proc)
+    expected = "does not exist" if problem == "missing" else "is truncated or not a checkpoint"
+    assert str(path) in line and expected in line and "--path" in line
+
+
+@pytest.mark.slow
+def test_resuming_a_stock_transformer_checkpoint_names_both_architectures(demo_databin, tmp_path):
+    save_dir = tmp_path / "ckpt"
+    argv = train_command(demo_databin.databin, save_dir, "small", max_update=1)
+    stock = [("transformer" if a == "residual_transformer" else a) for a in argv]
+    train(stock, tmp_path / "stock.log")
+    argv[argv.index("--max-update") + 1] = "2"
+    line = one_error_line(run_cli(["fairseq_cli.train", *argv], cwd=tmp_path, check=False))
+    assert f"{save_dir}/checkpoint_last.pt was trained with --arch transformer" in line
+    assert "this run uses --arch residual_transformer" in line
