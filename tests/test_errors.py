@@ -1,10 +1,15 @@
 """Bad input ends with one clear line naming the problem and the fix, never a traceback."""
 
+import os
+import subprocess
+import sys
+
+import fairseq
 import pytest
 import torch
 from helpers import PLUGIN_DIR, TINY_MODEL, TinyTask, build_model, run_cli, train_args
 
-from fairseq_residual.errors import CheckpointMismatchError, ConfigError
+from fairseq_residual.errors import CheckpointMismatchError, ConfigError, one_line_message
 from fairseq_residual.model import SCHEME_KEY
 
 
@@ -102,3 +107,54 @@ def test_same_scheme_checkpoint_loads_exactly():
     b = build_model(task, scheme="residual")
     b.load_state_dict(a.state_dict())
     assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+@pytest.mark.parametrize("scale", ["nan", "inf", "-inf"])
+def test_a_dual_stream_scale_that_is_not_a_positive_finite_number_is_rejected(scale):
+    with pytest.raises(ConfigError, match=f"--dual-stream-scale must be a positive finite number, got {scale}"):
+        build_model(dual_stream_scale=float(scale))
+
+
+def test_share_all_embeddings_without_a_joined_dictionary_names_the_preprocess_option():
+    task = TinyTask()
+    task.target_dictionary = TinyTask(vocab_size=41).target_dictionary
+    with pytest.raises(ConfigError, match="--share-all-embeddings needs one dictionary.*--joined-dictionary"):
+        build_model(task)
+
+
+def test_the_architecture_mismatch_error_names_the_model_side():
+    task = TinyTask()
+    stock_like = {k: v for k, v in build_model(task, scheme="pre").state_dict().items() if k != SCHEME_KEY}
+    with pytest.raises(CheckpointMismatchError, match="but this model is residual_transformer --residual-scheme pre"):
+        build_model(task, scheme="pre").load_state_dict(stock_like)
+
+
+@pytest.mark.slow
+def test_a_file_not_found_in_the_users_own_code_keeps_its_traceback(tmp_path):
+    script = tmp_path / "user_script.py"
+    script.write_text(f"import fairseq_residual\nopen({str(tmp_path / 'missing.txt')!r})\n")
+    proc = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 1
+    assert "Traceback" in proc.stderr and "FileNotFoundError" in proc.stderr and "missing.txt" in proc.stderr
+    assert "error:" not in proc.stderr
+
+
+def test_the_users_own_exception_is_not_replaced_by_a_plugin_error_it_wraps():
+    try:
+        try:
+            build_model(scheme="bogus")
+        except ConfigError:
+            raise KeyError("the user's own exception")  # noqa: B904  (a user's handler, as users write them)
+    except KeyError as e:
+        assert one_line_message(e) is None
+
+
+def test_a_plugin_error_that_fairseq_wrapped_is_one_line():
+    fairseq_file = os.path.join(os.path.dirname(fairseq.__file__), "trainer.py")
+    try:
+        try:
+            build_model(scheme="bogus")
+        except ConfigError:
+            exec(compile("raise Exception('Cannot load model parameters')", fairseq_file, "exec"))
+    except Exception as e:
+        assert one_line_message(e).startswith("unknown residual scheme 'bogus'")
