@@ -5,8 +5,8 @@
    ``--memory-efficient-fp16 --fp16-init-scale 8``, and with ``--amp``. Recorded per run: whether every
    logged loss is finite, the loss-scale history, tokens/s (fairseq's ``wps``, median over the logged
    intervals after the first), and per precision each scheme's tokens/s as a ratio to Pre-LN's.
-2. A one-node ``torchrun`` launch (NCCL) through ``scripts/train.sh`` on every visible GPU (one rank
-   per GPU; with a single GPU, world size 1).
+2. A one-node ``torchrun`` launch through ``scripts/train.sh`` on every visible GPU (one rank per GPU,
+   NCCL between them; with a single GPU, world size 1 and no process group).
 
 Everything goes to ``--out`` (default ``results/gpu-check/``): ``gpu_check.json``, ``report.md`` (with the
 exact command, versions and machine) and every run's log under ``logs/``. ``--dry-run`` prints the
@@ -91,6 +91,14 @@ def _float(value) -> float:
         return float(value)
     except (TypeError, ValueError):
         return float("nan")
+
+
+def torchrun_outcome(text: str) -> str:
+    """World size and ranks joined, from a torchrun training log (the config fairseq logs, its init lines)."""
+    world = re.findall(r"'distributed_world_size': (\d+)", text)
+    # fairseq logs "initialized host ... as rank N" once a process group (NCCL on GPUs) is up
+    ranks = re.findall(r"initialized host .* as rank (\d+)", text)
+    return f"world size {world[0] if world else 'not logged'}, ranks in a process group: {sorted(set(ranks))}"
 
 
 def summarise_run(text: str) -> dict:
@@ -193,7 +201,7 @@ def run(args) -> dict:
         try:
             run_logged(torchrun, out / "logs" / "torchrun.log", label="torchrun")
             text = (out / "logs" / "torchrun.log").read_text()
-            outcome = f"finished; NCCL named in the log: {'nccl' in text.lower()}"
+            outcome = "finished; " + torchrun_outcome(text)
         except UserError as e:
             outcome = f"failed: {e}"
         record["torchrun"] = {"command": shlex.join(torchrun), "outcome": outcome}

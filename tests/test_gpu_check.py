@@ -8,7 +8,13 @@ import pytest
 import torch
 from helpers import ROOT
 
-from fairseq_residual_tools.gpu_check import parse_args, report_markdown, speed_ratios, summarise_run
+from fairseq_residual_tools.gpu_check import (
+    parse_args,
+    report_markdown,
+    speed_ratios,
+    summarise_run,
+    torchrun_outcome,
+)
 from fairseq_residual_tools.provenance import provenance
 
 SCRIPT = ROOT / "scripts" / "gpu_check.sh"
@@ -108,3 +114,11 @@ def test_report_gives_each_schemes_speed_as_a_ratio_to_pre_ln():
     assert "| amp | post | True | 7.000 | 8, 8, 8 | 9000 | 0.900 |" in table
     assert "GPUs: NVIDIA H200 (CUDA 12.8)" in table
     assert "| amp | residual | failed: residual failed (exit status 1): boom" in table
+
+
+def test_torchrun_outcome_reads_world_size_and_ranks():
+    config = "[2026-12-01][fairseq_cli.train][INFO] - {'distributed_training': {'distributed_world_size': 2, 'x': 1}}"
+    joined = [f"[2026-12-01][fairseq.distributed.utils][INFO] - initialized host gpu-node as rank {r}" for r in (0, 1)]
+    assert torchrun_outcome("\n".join([config, *joined])) == "world size 2, ranks in a process group: ['0', '1']"
+    alone = config.replace("'distributed_world_size': 2", "'distributed_world_size': 1")
+    assert torchrun_outcome(alone) == "world size 1, ranks in a process group: []"
