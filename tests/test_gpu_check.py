@@ -24,6 +24,7 @@ def run_script(*args):
     return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, cwd=ROOT)
 
 
+@pytest.mark.slow
 def test_dry_run_prints_every_precision_and_scheme_and_the_torchrun_launch(tmp_path):
     proc = run_script("--dry-run", "--updates", "200", "--out", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -43,6 +44,7 @@ def test_dry_run_prints_every_precision_and_scheme_and_the_torchrun_launch(tmp_p
     assert not (tmp_path / "out").exists()  # a dry run writes nothing
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
 def test_without_a_gpu_it_stops_with_one_line(tmp_path):
     proc = run_script("--out", str(tmp_path / "out"), "--work", str(tmp_path / "work"))

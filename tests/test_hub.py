@@ -20,6 +20,8 @@ from fairseq_residual.errors import DataError
 from fairseq_residual.hub import load_translator
 from fairseq_residual.model import ResidualTransformerModel
 
+pytestmark = pytest.mark.slow  # fairseq-train, fairseq-interactive and python processes
+
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):

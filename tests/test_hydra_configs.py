@@ -5,6 +5,7 @@ import re
 import subprocess
 import sys
 
+import pytest
 from helpers import PLUGIN_DIR, ROOT, TINY_MODEL
 from omegaconf import OmegaConf
 
@@ -22,6 +23,7 @@ def readme_hydra_command():
     return match.group(1).replace("\\\n", " ").split()
 
 
+@pytest.mark.slow
 def test_readme_hydra_example_trains_on_another_language_pair(demo_databin, tmp_path):
     """The README's example, with the demo's pair (src-tgt) given where the README gives de-en."""
     command = readme_hydra_command()

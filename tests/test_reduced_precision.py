@@ -41,6 +41,7 @@ def test_fairseq_cli_takes_bf16_on_cpu_for_a_tpu(demo_databin):
         Trainer(cfg, task, model, task.build_criterion(cfg.criterion))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("flag", ["--bf16", "--memory-efficient-bf16"])
 def test_every_scheme_trains_in_bfloat16_on_cpu(demo_databin, flag, one_torch_thread):
     cfg = training_config(demo_databin.databin, flag)
