@@ -24,7 +24,6 @@ from .formats import write_lines
 from .iwslt14 import same_length
 from .moses import TextSteps, clean_corpus, process_file
 from .translation import translation_record
-from .translation import translation_record
 
 LANG_CODE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
@@ -131,15 +130,6 @@ def prepare(args) -> pipeline.Stages:
             "tokenize": tokenize,
             "inputs": prefixes,
             "data_bin": str(databin),
-            "translation": translation_record(
-                out,
-                src,
-                tgt,
-                moses=tokenize == "moses",
-                lowercase=args.lowercase,
-                bpe_codes=text / "code" if args.subword == "bpe" else None,
-                sentencepiece_model=text / "spm.model" if args.subword == "sentencepiece" else None,
-            ),
             "translation": translation_record(
                 out,
                 src,

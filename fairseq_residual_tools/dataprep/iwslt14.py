@@ -27,7 +27,6 @@ from .cli import ArchiveSource, add_common_options, add_download_options, run_ma
 from .formats import iwslt_train_lines, seg_lines, write_lines
 from .moses import TextSteps, clean_corpus, process_file, process_lines
 from .translation import translation_record
-from .translation import translation_record
 
 ARCHIVE = "de-en.tgz"
 LANGS = ("de", "en")
@@ -178,7 +177,6 @@ def prepare(args) -> pipeline.Stages:
             "expected_pairs_real_release": EXPECTED_PAIRS,
             "bpe_merges": args.bpe_merges,
             "data_bin": str(databin),
-            "translation": translation_record(out, args.src, args.tgt, moses=True, lowercase=True, bpe_codes=codes),
             "translation": translation_record(out, args.src, args.tgt, moses=True, lowercase=True, bpe_codes=codes),
             "options": vars(args),
         }

@@ -31,7 +31,6 @@ from .formats import seg_lines, write_lines
 from .iwslt14 import same_length, split_every
 from .moses import TextSteps, clean_corpus, process_file, process_lines
 from .translation import translation_record
-from .translation import translation_record
 
 LANGS = ("en", "de")
 CORPORA = {  # name -> (archive, path prefix inside it)
@@ -233,16 +232,6 @@ def prepare(args) -> pipeline.Stages:
             "bpe_merges": args.bpe_merges,
             "news_commentary": args.news_commentary,
             "test_splits": split_names,
-            "translation": translation_record(
-                out,
-                args.src,
-                args.tgt,
-                moses=True,
-                aggressive_dash_splits=True,
-                normalize_punctuation=True,
-                remove_non_printing=True,
-                bpe_codes=codes,
-            ),
             "translation": translation_record(
                 out,
                 args.src,
