@@ -61,7 +61,7 @@ def _load_lazily(path: str):
     reason = damage(path)
     if reason is None:
         return torch.load(path, map_location="cpu", mmap=True)
-    if reason != "does not exist" and not reason.startswith("is empty"):
+    if os.path.isfile(path) and os.path.getsize(path) > 0:
         try:  # the legacy (pre-zip) format is not a zip archive and cannot be memory-mapped
             return torch.load(path, map_location="cpu")
         except Exception:
@@ -119,7 +119,7 @@ def _architecture(model_cfg) -> str:
     return str(get("arch", None) or get("_name", None) or "unknown")
 
 
-def _architectures_of(state) -> str:
+def _trained_architecture(state) -> str:
     if state.get("cfg") is not None and state["cfg"].get("model") is not None:
         return _architecture(state["cfg"]["model"])
     return _architecture(state.get("args") or {})
@@ -149,7 +149,7 @@ def _architecture_mismatch(error: Exception, filename: str, run_model_cfg) -> Op
         scheme_mismatch is not None and not isinstance(scheme_mismatch, ArchitectureMismatchError)
     ):
         return None  # no checkpoint was loaded, or the residual scheme's own message names both sides
-    trained, running = _architectures_of(_load_lazily(filename)), _architecture(run_model_cfg)
+    trained, running = _trained_architecture(_load_lazily(filename)), _architecture(run_model_cfg)
     if scheme_mismatch is None and not (str(error).startswith("Cannot load model parameters") and trained != running):
         return None
     return ArchitectureMismatchError(
