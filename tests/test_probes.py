@@ -3,6 +3,7 @@ theory's robust predictions hold at initialisation at depth 48."""
 
 import json
 import math
+import re
 
 import pytest
 import torch
@@ -139,4 +140,4 @@ def test_probe_command_writes_json_and_plots(demo_databin, tmp_path):
     for name in ("grad_norm.png", "rel_diff.png", "cosine.png", "versus_depth.png"):
         assert (tmp_path / name).stat().st_size > 10_000
     readme = (tmp_path / "README.md").read_text()
-    assert "| post |" in readme and "scripts/probe.py --data" in readme
+    assert re.search(r"^\| post +\|", readme, re.M) and "scripts/probe.py --data" in readme

@@ -37,7 +37,6 @@ import argparse
 import dataclasses
 import json
 import math
-import platform
 import sys
 import time
 from pathlib import Path
@@ -45,6 +44,10 @@ from typing import Dict, List, Optional, Sequence
 
 import torch
 import torch.nn.functional as F
+
+from fairseq_residual.schemes.base import stack_layers
+
+from ..provenance import provenance
 
 ROOT = Path(__file__).resolve().parents[2]
 STACKS = ("encoder", "decoder")
@@ -127,12 +130,6 @@ def _capture_sublayer_inputs(layers, store: List):
         return record
 
     return [layer.self_attn.register_forward_pre_hook(hook(i), with_kwargs=True) for i, layer in enumerate(layers)]
-
-
-def stack_layers(stack) -> List[torch.nn.Module]:
-    """The layers of a stack by index (iterating fairseq's LayerDrop list may skip some),
-    unwrapped from FSDP."""
-    return [getattr(stack.layers[i], "module", stack.layers[i]) for i in range(len(stack.layers))]
 
 
 def _token_rows(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
@@ -274,9 +271,10 @@ def run_probes(task, batch, schemes, depths, seeds, dim, heads, ffn, log=print):
             for seed in seeds:
                 model = build_at_init(task, scheme, layers, dim, heads, ffn, seed)
                 runs.append(dict(scheme=scheme, layers=layers, seed=seed, **probe(model, batch)))
+                grads = runs[-1]["decoder"]["grad_norm"]
                 log(
                     f"{scheme:>10} N={layers:<3} seed {seed}: loss {runs[-1]['loss']:.3f}, "
-                    f"decoder grad bottom/top {runs[-1]['decoder']['grad_norm'][0] / runs[-1]['decoder']['grad_norm'][-1]:.3g}"
+                    f"decoder grad bottom/top {grads[0] / grads[-1]:.3g}"
                 )
     return runs
 
@@ -337,9 +335,6 @@ def write_outputs(record: Dict, out: Path):
 
 
 def main(argv=None):
-    from ..demo.report import collect_versions
-    from .report import git_state
-
     args = parse_args(argv)
     out = Path(args.out)
     if args.replot:
@@ -375,11 +370,8 @@ def main(argv=None):
         command=" ".join([".venv/bin/python scripts/probe.py"] + (argv if argv is not None else sys.argv[1:])),
         settings={k: v for k, v in vars(args).items() if k not in ("work", "out", "replot")},
         data=_display_path(data),
-        versions=collect_versions(),
-        machine=f"{platform.platform()}, {platform.processor() or platform.machine()}",
-        git=git_state(),
+        provenance=provenance(),
         wall_seconds=round(time.time() - started, 1),
-        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         summary=summary,
         runs=runs,
     )

@@ -3,6 +3,8 @@
 from pathlib import Path
 from typing import Callable, Dict, List
 
+from ..markdown import table
+from ..provenance import describe
 from . import probes
 
 
@@ -19,9 +21,9 @@ def _depth_table(runs: List[Dict], value: Callable[[Dict], float], fmt: str) -> 
     schemes = list(dict.fromkeys(r["scheme"] for r in runs))
     depths = sorted({r["layers"] for r in runs})
     header = [f"{side[:3]} N={d}" for side in probes.STACKS for d in depths]
-    lines = ["| scheme | " + " | ".join(header) + " |", "|---|" + "---|" * len(header)]
+    rows = []
     for scheme in schemes:
-        row = []
+        row = [scheme]
         for side in probes.STACKS:
             for d in depths:
                 group = cells.get((scheme, d), [])
@@ -30,32 +32,32 @@ def _depth_table(runs: List[Dict], value: Callable[[Dict], float], fmt: str) -> 
                     continue
                 (mean,), (std,) = probes.mean_std([[value(r[side])] for r in group])
                 row.append(f"{mean:{fmt}} ± {std:{fmt}}")
-        lines.append(f"| {scheme} | " + " | ".join(row) + " |")
-    return "\n".join(lines)
+        rows.append(row)
+    return table(["scheme", *header], rows)
 
 
 def _fit_table(summary: Dict) -> str:
     """At each scheme's largest depth: RMS log residual of each diversity shape, the best one,
     and the fitted per-block gradient ratio r of g_k = c r^(N-k)."""
     shapes = list(probes.DIVERSITY_SHAPES)
-    lines = [
-        "| scheme | N | stack | "
-        + " | ".join(f"rms log resid. {s}" for s in shapes)
-        + " | best shape | gradient r per block | rms log resid. (1/2)^((N-k)/2) |",
-        "|---|---|---|" + "---|" * (len(shapes) + 3),
-    ]
+    headers = ["scheme", "N", "stack", *(f"rms log resid. {s}" for s in shapes)]
+    headers += ["best shape", "gradient r per block", "rms log resid. (1/2)^((N-k)/2)"]
+    rows = []
     for scheme, by_depth in summary.items():
         depth = max(by_depth, key=int)
         for side in probes.STACKS:
             fit = by_depth[depth][side].get("fits")
             if not fit:
                 continue
-            resid = " | ".join(f"{fit['rel_diff'][s]['rms_log_residual']:.3f}" for s in shapes)
-            lines.append(
-                f"| {scheme} | {depth} | {side} | {resid} | {fit['rel_diff_best_shape']} | "
-                f"{fit['grad_norm_geometric']['r']:.3f} | {fit['grad_norm_post_ln_shape']['rms_log_residual']:.2f} |"
+            rows.append(
+                [scheme, depth, side, *(f"{fit['rel_diff'][s]['rms_log_residual']:.3f}" for s in shapes)]
+                + [
+                    fit["rel_diff_best_shape"],
+                    f"{fit['grad_norm_geometric']['r']:.3f}",
+                    f"{fit['grad_norm_post_ln_shape']['rms_log_residual']:.2f}",
+                ]
             )
-    return "\n".join(lines)
+    return table(headers, rows)
 
 
 def probe_readme(summary: Dict, runs: List[Dict], meta: Dict, out: Path) -> str:
@@ -126,29 +128,6 @@ The dashed lines in the plots are these fits.
 
 ## Provenance
 
-- Command: `{meta["command"]}` ({meta["wall_seconds"]:.0f} s wall, {meta["date"]}).
-- Machine: {meta["machine"]}, shared with other jobs. Versions:
-  {", ".join(f"{k} {v}" for k, v in meta["versions"].items())}.
-- Code: git commit {meta.get("git", "unknown")}.
+- Command: `{meta["command"]}` ({meta["wall_seconds"]:.0f} s wall), on a machine shared with other jobs.
+- {describe(meta["provenance"])}
 """
-
-
-def git_state() -> str:
-    """Short commit of the checkout, and whether the plugin's code differs from it."""
-    import subprocess
-
-    root = Path(__file__).resolve().parents[2]
-    try:
-        commit = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True, check=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--", "fairseq_residual"],
-            cwd=root,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown (not a git checkout)"
-    return commit + (" with uncommitted changes under fairseq_residual/" if dirty else "")

@@ -22,10 +22,8 @@ an interrupted one resumes from its ``checkpoint_last.pt`` (fairseq's own restor
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -34,21 +32,19 @@ from datetime import datetime
 from pathlib import Path
 from typing import Dict, List, Sequence
 
+from ..commands import generate_command, read_hypotheses, train_command
 from ..demo.prepare import TGT, prepare_demo_data
-from ..demo.report import collect_versions
-from ..demo.run import generate_command, hypotheses, train_command
-from ..training_log import EXPLODE_FACTOR, NO_PROGRESS_FRACTION, TrainLog, divergence, parse_log
-from .report import git_state
+from ..markdown import table
+from ..provenance import describe, describe_git, git_state, provenance
+from ..runner import RunError, run_logged
+from ..training_log import RULE as FAILS_RULE
+from ..training_log import divergence, read_log
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIED_SCHEMES = ("post", "pre", "residual")
 #: the paper's validation decoding limits (max length 1.2 * source + 10); they
 #: also keep a diverged model from spending minutes on 200-token outputs
 GENERATE_LIMITS = ["--max-len-a", "1.2", "--max-len-b", "10"]
-
-
-class RunError(RuntimeError):
-    """fairseq-train stopped without a verdict (e.g. a broken import): retried on the next call."""
 
 
 @dataclass(frozen=True)
@@ -75,34 +71,38 @@ def grid(schemes: Sequence[str], depths: Sequence[int], seeds: Sequence[int]) ->
 
 
 def training_command(databin, save_dir, spec: RunSpec, settings) -> List[str]:
-    """The demo's fairseq-train command for this run; later flags override earlier ones."""
-    args = argparse.Namespace(**{**vars(settings), "layers": spec.layers, "seed": spec.seed})
-    cmd = train_command(databin, save_dir, spec.scheme, args)
-    cmd += ["--log-interval", str(settings.log_interval)]
-    if not spec.warmup:
-        cmd += ["--warmup-init-lr", str(settings.lr)]
-    return cmd
+    """fairseq-train for this run; "warmup off" starts inverse_sqrt at the peak lr."""
+    return train_command(
+        databin,
+        save_dir,
+        scheme=spec.scheme,
+        layers=spec.layers,
+        seed=spec.seed,
+        dim=settings.dim,
+        lr=settings.lr,
+        warmup=settings.warmup,
+        max_tokens=settings.max_tokens,
+        max_update=settings.max_update,
+        validate_every=settings.validate_every,
+        log_interval=settings.log_interval,
+        **({} if spec.warmup else {"warmup_init_lr": settings.lr}),
+    )
 
 
-def run_to_file(cmd: List[str], out_file: Path, label: str) -> int:
-    """Run a CLI with its output appended to ``out_file``; print validation lines as progress."""
+def run_to_file(cmd: List[str], out_file: Path, label: str) -> None:
+    """``run_logged`` with one torch thread, printing validation lines as progress."""
+
+    def progress(line: str):
+        if '"valid_loss"' in line:
+            record = json.loads(line[line.find("{") :])
+            print(
+                f"    [{label}] update {record.get('valid_num_updates')}: valid loss {record['valid_loss']}", flush=True
+            )
+
     # one intra-op thread: on a shared 2-core machine torch's default of one thread per core
     # spin-waits against other jobs (an E12D12 update measured 13x slower with 2 threads)
-    env = dict(os.environ, PYTHONWARNINGS="ignore")
-    env.setdefault("OMP_NUM_THREADS", "1")
-    with open(out_file, "a", encoding="utf-8") as out:
-        out.write(f"$ {' '.join(cmd[2:])}\n")
-        out.flush()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        for line in proc.stdout:
-            out.write(line)
-            if '"valid_loss"' in line:
-                record = json.loads(line[line.find("{") :])
-                print(
-                    f"    [{label}] update {record.get('valid_num_updates')}: valid loss {record['valid_loss']}",
-                    flush=True,
-                )
-        return proc.wait()
+    env = {"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    run_logged(cmd, out_file, env=env, label=label, on_line=progress)
 
 
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \|")
@@ -110,7 +110,7 @@ _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \|")
 
 def training_seconds(out_file: Path) -> float:
     """Wall time fairseq-train ran, summed over attempts (an interrupted run resumes in a new
-    attempt, which ``run_to_file`` starts with a ``$ command`` line), from fairseq's timestamps."""
+    attempt, which ``run_logged`` starts with a ``$ command`` line), from fairseq's timestamps."""
     total, first, last = 0.0, None, None
     for line in Path(out_file).read_text(encoding="utf-8", errors="replace").splitlines() + ["$"]:
         if line.startswith("$"):
@@ -132,25 +132,17 @@ def log_span(out_file: Path):
     return (stamps[0], stamps[-1]) if stamps else (None, None)
 
 
-def last_per_update(points):
-    """A resumed run logs again from its restored update: keep the last value per update."""
-    return sorted(dict(points).items())
-
-
-def read_training(out_file: Path) -> TrainLog:
-    log = parse_log(Path(out_file).read_text(encoding="utf-8", errors="replace"))
-    return TrainLog(last_per_update(log.train), last_per_update(log.valid), log.nan_error)
-
-
 def score_test_set(databin, save_dir: Path, refs: List[str]):
     """(BLEU, sacrebleu signature) of the final checkpoint on the test set; None if decoding failed."""
     from sacrebleu.metrics import BLEU
 
-    cmd = generate_command(databin, save_dir) + GENERATE_LIMITS
-    if run_to_file(cmd, save_dir / "generate.out", "generate") != 0:
+    cmd = generate_command(databin, save_dir, *GENERATE_LIMITS)
+    try:
+        run_to_file(cmd, save_dir / "generate.out", f"{save_dir.name}: fairseq-generate")
+    except RunError:
         return None, None, cmd
     metric = BLEU()
-    score = metric.corpus_score(hypotheses(save_dir / "generate-test"), [refs])
+    score = metric.corpus_score(read_hypotheses(save_dir, "en"), [refs])
     return round(score.score, 2), str(metric.get_signature()), cmd
 
 
@@ -167,21 +159,24 @@ def run_one(spec: RunSpec, data, refs, settings, runs_dir: Path) -> Dict:
     else:
         save_dir.mkdir(parents=True, exist_ok=True)
         cmd = training_command(data.databin, save_dir, spec, settings)
-        exit_code = run_to_file(cmd, save_dir / "train.out", spec.name)
-        if exit_code != 0 and not read_training(save_dir / "train.out").nan_error:
+        try:
+            run_to_file(cmd, save_dir / "train.out", f"{spec.name}: fairseq-train")
+        except RunError:
             # only a NaN stop is a training outcome; anything else is not a verdict on the scheme
-            raise RunError(f"{spec.name}: fairseq-train exited with code {exit_code}; see {save_dir / 'train.out'}")
+            # (e.g. a broken import): raised, and retried on the next call
+            if not read_log(save_dir / "train.out").nan_error:
+                raise
         result = dict(
             **asdict(spec),
             name=spec.name,
             train_command=" ".join(cmd[2:]),
-            git=git_state(),
+            git=describe_git(git_state()),
             bleu=None,
             bleu_signature=None,
             generate_command=None,
             generate_seconds=0.0,
         )
-    log = read_training(save_dir / "train.out")
+    log = read_log(save_dir / "train.out")
     result.update(
         fails=divergence(log),
         final_valid_loss=log.valid[-1][1] if log.valid else None,
@@ -197,7 +192,7 @@ def run_one(spec: RunSpec, data, refs, settings, runs_dir: Path) -> Dict:
         result.update(
             bleu=bleu,
             bleu_signature=signature,
-            generate_command=" ".join(generate_cmd[2:]),
+            generate_command=" ".join(map(str, generate_cmd[2:])),
             generate_seconds=round(time.time() - t0, 1),
         )
     result_file.write_text(json.dumps(result, indent=1) + "\n")
@@ -226,20 +221,18 @@ def ablation_table(results: List[Dict], key: str, digits: int) -> str:
     """The paper's warmup-ablation layout: rows scheme x warmup, one column per depth."""
     depths = sorted({r["layers"] for r in results})
     schemes = [s for s in dict.fromkeys(r["scheme"] for r in results)]
-    lines = [
-        "| method | warmup | " + " | ".join(f"E{d}D{d}" for d in depths) + " |",
-        "|---|---|" + "---|" * len(depths),
+    rows = [
+        [scheme, "yes" if warmup else "no"]
+        + [
+            format_cell(
+                [r for r in results if (r["scheme"], r["warmup"], r["layers"]) == (scheme, warmup, d)], key, digits
+            )
+            for d in depths
+        ]
+        for scheme in schemes
+        for warmup in (True, False)
     ]
-    for scheme in schemes:
-        for warmup in (True, False):
-            cells = [
-                format_cell(
-                    [r for r in results if (r["scheme"], r["warmup"], r["layers"]) == (scheme, warmup, d)], key, digits
-                )
-                for d in depths
-            ]
-            lines.append(f"| {scheme} | {'yes' if warmup else 'no'} | " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+    return table(["method", "warmup"] + [f"E{d}D{d}" for d in depths], rows)
 
 
 def failure_list(results: List[Dict]) -> str:
@@ -286,8 +279,7 @@ pairs instead of IWSLT-14. Its numbers say nothing about the paper's BLEU scores
 {ablation_table(results, "bleu", 2)}
 
 "fails" is `fairseq_residual_tools.training_log.divergence`, the rule the reproduction tables use
-(NaN/inf loss, a training loss above {EXPLODE_FACTOR:g}x the best before it, or a last loss
-not below {NO_PROGRESS_FRACTION:g}x the first). A failed run is not decoded; a cell averages
+({FAILS_RULE}). A failed run is not decoded; a cell averages
 the seeds that trained and says how many failed.
 
 {failure_list(results)}
@@ -307,13 +299,13 @@ numbers, curves and exact fairseq commands: [results.json](results.json).
   valid / {s["test_pairs"]} test pairs, Moses tokens, joint BPE ({s["bpe_merges"]} merges).
   BLEU: `fairseq-generate` beam 5, max length 1.2 x source + 10, BPE removed,
   Moses-detokenised, sacrebleu against the raw references ({signature}).
-- Machine: {meta["machine"]}, shared with other jobs (runs under `nice -n 5`, {s.get("jobs", 1)}
-  at a time, one torch thread each). Versions: {", ".join(f"{k} {v}" for k, v in meta["versions"].items())}.
-  Code: the runs were trained at git commit(s) {", ".join(sorted({r.get("git") or "not recorded" for r in results}))}
-  (per run in results.json); this report was written at {meta.get("git", "unknown")}.
+- Machine shared with other jobs (runs under `nice -n 5`, {s.get("jobs", 1)} at a time, one torch
+  thread each). The runs were trained at git commit(s)
+  {", ".join(sorted({r.get("git") or "not recorded" for r in results}))} (per run in results.json).
+  This report: {describe(meta["provenance"])}
 - Time: {meta["study_minutes"]:.0f} min wall from the first run's first logged step to the last
   run's last (training only; decoding adds a little), {run_minutes:.0f} min of training and decoding
-  summed over the {len(results)} runs. Report written {meta["date"]}.
+  summed over the {len(results)} runs.
 
 Regenerate (resumable; finished runs in `--work` are skipped):
 
@@ -402,12 +394,9 @@ def main(argv=None):
             ["nice -n 5 .venv/bin/python scripts/cpu_study.py"] + (argv if argv is not None else sys.argv[1:])
         ),
         settings=settings,
-        versions=collect_versions(),
-        machine=f"{platform.platform()}, {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
-        git=git_state(),
+        provenance=provenance(),
         wall_seconds=round(time.time() - started, 1),
         study_minutes=(last - first).total_seconds() / 60 if first else 0.0,
-        date=time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
     )
     write_report(results, meta, out)
     print(ablation_table(results, "bleu", 2))

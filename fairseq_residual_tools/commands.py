@@ -1,0 +1,73 @@
+"""The fairseq command lines of the small CPU runs (demo and CPU study), and reading their output.
+
+One small ``residual_transformer`` trained with ``fairseq-train`` (Adam, inverse_sqrt,
+label-smoothed cross entropy, fp32 on CPU, JSON logs) and decoded with ``fairseq-generate``
+(beam 5, BPE removed). The demo and the study differ only in the settings they pass.
+"""
+
+from pathlib import Path
+from typing import List
+
+from .runner import PLUGIN_DIR, fairseq_command
+
+
+def train_command(
+    databin,
+    save_dir,
+    *,
+    scheme: str,
+    layers: int,
+    dim: int,
+    lr: float,
+    warmup: int,
+    max_tokens: int,
+    max_update: int,
+    validate_every: int,
+    seed: int,
+    log_interval: int = 50,
+    warmup_init_lr: float = 1e-7,
+) -> List[str]:
+    """fairseq-train of an E{layers}D{layers} model of width ``dim`` (FFN 4 x dim, 4 heads).
+
+    ``warmup_init_lr`` = ``lr`` keeps inverse_sqrt's schedule but starts at the peak (no warmup).
+    """
+    save_dir = Path(save_dir)
+    return fairseq_command(
+        "train",
+        databin,
+        *("--user-dir", PLUGIN_DIR, "--arch", "residual_transformer_iwslt_de_en", "--residual-scheme", scheme),
+        *("--encoder-layers", layers, "--decoder-layers", layers),
+        *("--encoder-embed-dim", dim, "--decoder-embed-dim", dim),
+        *("--encoder-ffn-embed-dim", 4 * dim, "--decoder-ffn-embed-dim", 4 * dim),
+        *("--share-all-embeddings", "--dropout", "0.1"),
+        *("--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", lr),
+        *("--lr-scheduler", "inverse_sqrt", "--warmup-updates", warmup, "--warmup-init-lr", warmup_init_lr),
+        *("--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"),
+        *("--max-tokens", max_tokens, "--max-update", max_update),
+        *("--validate-interval-updates", validate_every, "--save-interval-updates", validate_every),
+        *("--keep-interval-updates", "1", "--no-epoch-checkpoints", "--seed", seed),
+        *("--cpu", "--num-workers", "0", "--log-format", "json", "--log-interval", log_interval),
+        *("--save-dir", save_dir, "--log-file", save_dir / "train.log"),
+    )
+
+
+def generate_command(databin, save_dir, *extra: str) -> List[str]:
+    """fairseq-generate (beam 5, BPE removed) of ``save_dir``'s last checkpoint on the test set;
+    the output goes to ``save_dir/generate-test/generate-test.txt``."""
+    save_dir = Path(save_dir)
+    return fairseq_command(
+        "generate",
+        databin,
+        *("--user-dir", PLUGIN_DIR, "--path", save_dir / "checkpoint_last.pt", "--gen-subset", "test"),
+        *("--beam", "5", "--remove-bpe", "--max-tokens", "4000", "--cpu"),
+        *("--results-path", save_dir / "generate-test"),
+        *extra,
+    )
+
+
+def read_hypotheses(save_dir, lang: str) -> List[str]:
+    """The Moses-detokenised hypotheses of ``generate_command``'s output, in test-set order."""
+    from .repro.scoring import detokenize, parse_generate
+
+    text = (Path(save_dir) / "generate-test" / "generate-test.txt").read_text(encoding="utf-8")
+    return detokenize(parse_generate(text).hypotheses, lang)
