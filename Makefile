@@ -32,9 +32,10 @@ lint: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/python -m fairseq_residual_tools.demo.run
 
-# throughput / memory of every scheme vs fairseq's stock transformer -> results/bench/ (< 15 min)
+# throughput / memory of every scheme vs fairseq's stock transformer -> results/bench/ (< 15 min);
+# glibc malloc keeps freed memory in the measuring processes, as PyTorch's allocator does on a GPU
 bench: $(STAMP)
-	$(BIN)/python scripts/bench.py
+	$(BIN)/python scripts/bench.py --malloc keep
 
 # after a tested upgrade of .venv: write its exact versions to constraints.txt (torch without its +cpu label)
 constraints: $(STAMP)

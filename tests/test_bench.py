@@ -11,14 +11,23 @@ import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from fairseq_residual import bench
 from fairseq_residual.schemes import SCHEMES
+from fairseq_residual_tools.bench import isolation, measure, memory, report
+from fairseq_residual_tools.bench.data import SyntheticTask, synthetic_batch
+from fairseq_residual_tools.bench.steps import TrainingStep
+from fairseq_residual_tools.bench.timing import pool_layouts, ratio_summary, speed_table
+from fairseq_residual_tools.bench.variants import TINY, Variant, build_variant, variants
+
+
+def cells(line):
+    """The cells of a Markdown table row, without the padding."""
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
 
 
 @pytest.fixture(scope="module")
 def tiny_record(tmp_path_factory):
-    record = bench.run(
-        [bench.TINY],
+    record = measure.run(
+        [TINY],
         warmup=0,
         reps=2,
         threads=1,
@@ -30,7 +39,7 @@ def tiny_record(tmp_path_factory):
         layouts=2,
     )
     out = tmp_path_factory.mktemp("bench")
-    bench.write(record, out)
+    report.write(record, out)
     return record, out
 
 
@@ -58,23 +67,23 @@ def test_generation_does_the_same_work_for_every_variant(tiny_record):
     (size,) = record["sizes"]
     # min_len = max_len: every hypothesis of every model has gen_len tokens plus EOS
     lengths = {name: g["hypothesis_lengths"] for name, g in size["generate"].items()}
-    assert set(map(tuple, lengths.values())) == {(bench.TINY.gen_len + 1,)}
+    assert set(map(tuple, lengths.values())) == {(TINY.gen_len + 1,)}
 
 
 def test_markdown_table_has_one_row_per_variant_and_the_targets(tiny_record):
     record, out = tiny_record
     text = (out / "bench.md").read_text()
-    rows = [line for line in text.splitlines() if line.startswith("| ")]
+    rows = [cells(line) for line in text.splitlines() if line.startswith("| ")]
     for name in ["stock-post", "stock-pre", *SCHEMES]:  # one row in the speed table, one in memory
-        assert sum(row.startswith(f"| {name} |") for row in rows) == 2
+        assert sum(row[0] == name for row in rows) == 2
     assert "ResiDual peak training memory / stock Pre-LN" in text
     assert "pytest" in text and torch.__version__ in text
 
 
 def test_memory_probe_in_a_fresh_process_matches_the_in_process_probe():
-    variant = next(v for v in bench.variants() if v.name == "residual")
-    fresh = bench.memory_probe_in_fresh_process(bench.TINY, variant, threads=1)
-    here = bench.memory_probe(bench.TINY, variant)
+    variant = next(v for v in variants() if v.name == "residual")
+    fresh = isolation.in_fresh_process("memory_probe", threads=1, size=TINY, variant=variant)
+    here = memory.memory_probe(TINY, variant)
     # parameters, Adam state and saved activations are deterministic
     assert fresh["persistent_mb"] == here["persistent_mb"]
     assert fresh["saved_mb"] == here["saved_mb"]
@@ -83,12 +92,12 @@ def test_memory_probe_in_a_fresh_process_matches_the_in_process_probe():
 
 def test_a_size_measured_in_a_fresh_process_reports_what_the_in_process_run_reports(tiny_record):
     record, _ = tiny_record
-    fresh = bench.measure_size_in_fresh_process(
-        bench.TINY, threads=1, malloc="keep", warmup=0, reps=1, fresh_process_memory=False, gen_reps=2
+    fresh = isolation.in_fresh_process(
+        "measure_size", threads=1, malloc="keep", size=TINY, warmup=0, reps=1, fresh_process_memory=False, gen_reps=2
     )
     (here,) = record["sizes"]
     # the child ran with the requested glibc settings, and says so in its result
-    assert fresh["malloc_environment"] == bench.MALLOC_SETTINGS["keep"]
+    assert fresh["malloc_environment"] == isolation.MALLOC_SETTINGS["keep"]
     assert fresh["variants"] == here["variants"] and fresh["parameters"] == here["parameters"]
     for name in here["variants"]:
         assert len(fresh["train"][name]["wall_s"]) == 1 and fresh["train"][name]["tokens_per_s"][0] > 0
@@ -108,19 +117,20 @@ def test_pooled_layouts_put_the_rounds_side_by_side_and_take_ratios_over_all_of_
     def result(ref_walls, other_walls, memory=None):
         def timing(walls):
             return {
-                    "wall_s": walls,
-                    "user_s": walls,
-                    "sys_s": [0.0] * len(walls),
-                    "minor_faults": [0] * len(walls),
-                }  # noqa: E731
+                "wall_s": walls,
+                "user_s": walls,
+                "sys_s": [0.0] * len(walls),
+                "minor_faults": [0] * len(walls),
+            }  # noqa: E731
+
         times = {"stock-pre": timing(ref_walls), "residual": timing(other_walls)}
         r = {
             "size": {"gen_batch": 4},
             "variants": {"stock-pre": "", "residual": ""},
             "layouts": [["x"]],
             "train_tokens": 100,
-            "train": bench.speed_table(times, 100, "tokens_per_s"),
-            "generate": bench.speed_table(times, 4, "sentences_per_s"),
+            "train": speed_table(times, 100, "tokens_per_s"),
+            "generate": speed_table(times, 4, "sentences_per_s"),
         }
         for name in times:
             r["generate"][name]["hypothesis_lengths"] = [6]
@@ -128,7 +138,7 @@ def test_pooled_layouts_put_the_rounds_side_by_side_and_take_ratios_over_all_of_
             r["memory"] = memory
         return r
 
-    pooled = bench.pool_layouts([result([1.0, 1.0], [2.0, 1.0], memory={"m": 1}), result([3.0], [1.0])])
+    pooled = pool_layouts([result([1.0, 1.0], [2.0, 1.0], memory={"m": 1}), result([3.0], [1.0])])
     assert pooled["train"]["residual"]["wall_s"] == [2.0, 1.0, 1.0]
     assert pooled["train"]["residual"]["tokens_per_s"] == [50.0, 100.0, 100.0]
     # per-round ratios 0.5, 1 and 3
@@ -137,21 +147,21 @@ def test_pooled_layouts_put_the_rounds_side_by_side_and_take_ratios_over_all_of_
 
 
 def test_a_failing_size_process_is_reported_as_that_size():
-    broken = dataclasses.replace(bench.TINY, arch="no_such_arch")
-    with pytest.raises(RuntimeError, match="benchmark of size tiny failed"):
-        bench.measure_size_in_fresh_process(broken, warmup=0, reps=1, threads=1, fresh_process_memory=False)
+    broken = dataclasses.replace(TINY, arch="no_such_arch")
+    with pytest.raises(RuntimeError, match="measure_size of tiny failed"):
+        isolation.in_fresh_process("measure_size", threads=1, size=broken, warmup=0, reps=1, fresh_process_memory=False)
 
 
 def test_malloc_environment_replaces_every_malloc_variable_and_keeps_the_rest():
     base = {"PATH": "/bin", "MALLOC_ARENA_MAX": "2", "MALLOC_TRIM_THRESHOLD_": "1"}
-    assert bench.malloc_environment("default", base) == {"PATH": "/bin"}
-    assert bench.malloc_environment("keep", base) == {"PATH": "/bin", **bench.MALLOC_SETTINGS["keep"]}
+    assert isolation.malloc_environment("default", base) == {"PATH": "/bin"}
+    assert isolation.malloc_environment("keep", base) == {"PATH": "/bin", **isolation.MALLOC_SETTINGS["keep"]}
     with pytest.raises(ValueError, match="unknown malloc setting 'jemalloc'; choose from keep, default"):
-        bench.malloc_environment("jemalloc", base)
+        isolation.malloc_environment("jemalloc", base)
 
 
 def test_ratio_summary_is_reference_time_over_variant_time_in_each_round():
-    summary = bench.ratio_summary([1.0, 2.0, 3.0], [2.0, 2.0, 1.0])
+    summary = ratio_summary([1.0, 2.0, 3.0], [2.0, 2.0, 1.0])
     assert summary == {"min": 0.5, "median": 1.0, "max": 3.0}
 
 
@@ -163,7 +173,7 @@ def test_saved_bytes_count_each_storage_once_and_skip_parameters():
         r = torch.relu(linear(x))  # saves x (10 x 8 floats, not the weight) and r (10 x 4)
         return (r * r[:, :1]).sum()  # saves r again and a view of r: no new storage
 
-    assert bench.saved_for_backward_bytes(forward, linear.parameters()) == 10 * 8 * 4 + 10 * 4 * 4
+    assert memory.saved_for_backward_bytes(forward, linear.parameters()) == 10 * 8 * 4 + 10 * 4 * 4
 
 
 def test_allocation_peak_sees_a_transient_tensor():
@@ -171,7 +181,7 @@ def test_allocation_peak_sees_a_transient_tensor():
         big = torch.ones(4 * 2**20)  # 16 MiB, freed on return
         return big.sum()
 
-    assert bench.step_allocation_peak_bytes(step) >= 16 * 2**20
+    assert memory.step_allocation_peak_bytes(step) >= 16 * 2**20
 
 
 class _OpCounter(TorchDispatchMode):
@@ -185,10 +195,10 @@ class _OpCounter(TorchDispatchMode):
 
 
 def _training_step_profile(scheme):
-    task = bench.SyntheticTask(bench.TINY.vocab)
-    sample = bench.synthetic_batch(task, 4, 7, 6)
-    step = bench.TrainingStep(
-        bench.build_variant(bench.Variant(scheme, scheme, scheme), bench.TINY, task),
+    task = SyntheticTask(TINY.vocab)
+    sample = synthetic_batch(task, 4, 7, 6)
+    step = TrainingStep(
+        build_variant(Variant(scheme, scheme, scheme), TINY, task),
         sample,
         task.target_dictionary.pad(),
     )

@@ -1,0 +1,93 @@
+"""Speed and memory of ResiDual and the other schemes beside fairseq's stock transformer.
+
+    fairseq-residual-bench --malloc keep          # what `make bench` runs: every size -> results/bench/
+    fairseq-residual-bench --sizes iwslt-e6d6 --schemes all --out /tmp/bench
+
+What is measured and how: fairseq_residual_tools/bench/ (one module per part).
+"""
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from .isolation import MALLOC_SETTINGS
+from .variants import SIZES, TINY
+
+
+def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    known = [*SIZES, TINY.name]
+    p.add_argument("--sizes", default=",".join(SIZES), help=f"comma-separated, from: {', '.join(known)}")
+    p.add_argument(
+        "--schemes",
+        help="comma-separated residual_transformer schemes to measure at every size, or 'all' "
+        "(default: post,pre,residual; residual only at wmt-e18d18)",
+    )
+    p.add_argument("--warmup", type=int, default=2, help="untimed runs of every variant first, per layout")
+    p.add_argument(
+        "--layouts",
+        type=int,
+        default=2,
+        help="fresh processes per size, each building and running the variants in a rotated order",
+    )
+    p.add_argument("--rounds", type=int, default=2, help="interleaved timed rounds of training per layout")
+    p.add_argument("--generation-rounds", type=int, default=5, help="interleaved timed rounds of generation per layout")
+    p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
+    p.add_argument(
+        "--same-process",
+        action="store_true",
+        help="measure every size in this process (default: each size in fresh processes, so that none "
+        "inherits another's allocator state)",
+    )
+    p.add_argument(
+        "--malloc",
+        choices=list(MALLOC_SETTINGS),
+        help="glibc malloc settings of the measuring processes (default: this environment's): 'keep' freed "
+        "memory (MALLOC_MMAP_MAX_=0, MALLOC_TRIM_THRESHOLD_=64 GiB: no memory handed back to the kernel and "
+        "faulted in again, as with PyTorch's caching allocator on a GPU), or glibc's 'default' settings",
+    )
+    p.add_argument("--out", type=Path, default=Path("results/bench"), help="folder for bench.json and bench.md")
+    args = p.parse_args(argv)
+    if args.same_process and args.malloc:
+        p.error(
+            "--malloc sets the measuring processes' environment; with --same-process set MALLOC_* variables instead"
+        )
+    unknown = [s for s in args.sizes.split(",") if s not in known]
+    if unknown:
+        p.error(f"unknown size(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+    if args.schemes:
+        from fairseq_residual.schemes import SCHEMES
+
+        args.schemes = tuple(SCHEMES) if args.schemes == "all" else tuple(args.schemes.split(","))
+        unknown = [s for s in args.schemes if s not in SCHEMES]
+        if unknown:
+            p.error(f"unknown scheme(s) {', '.join(unknown)}; choose from {', '.join(SCHEMES)}")
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = parse_args(argv)
+    from .measure import run
+    from .report import markdown, write
+
+    sizes = [dict(SIZES, tiny=TINY)[name] for name in args.sizes.split(",")]
+    if args.schemes:
+        sizes = [dataclasses.replace(size, schemes=args.schemes) for size in sizes]
+    command = " ".join(["fairseq-residual-bench", *(sys.argv[1:] if argv is None else argv)])
+    record = run(
+        sizes,
+        args.warmup,
+        args.rounds,
+        args.threads,
+        command,
+        gen_reps=args.generation_rounds,
+        layouts=args.layouts,
+        fresh_process_per_size=not args.same_process,
+        malloc=args.malloc,
+        log=lambda m: print(m, flush=True),
+    )
+    write(record, args.out)
+    print(markdown(record))
+    return 0

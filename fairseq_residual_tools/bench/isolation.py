@@ -1,0 +1,79 @@
+"""Running a benchmark function in a fresh Python process, optionally with glibc malloc settings.
+
+glibc's malloc adapts its trim and mmap thresholds to what a process allocated and freed
+before, so a size measured after others would inherit their heap history (one training job
+trains one size), and a memory probe would see the heap of the variants probed before it.
+A child runs ``python -m fairseq_residual_tools.bench.isolation FUNCTION ARGS_JSON``, and
+prints the function's result as its last line of JSON; its progress lines go to stderr.
+
+``MALLOC_SETTINGS`` are the choices of ``--malloc``. Without it a child inherits this
+process's environment. ``keep`` makes glibc keep freed memory: every block comes from the
+heap (no mmap, whose munmap hands pages back) and the heap is never trimmed, so after
+warm-up a step maps in no new pages -- as PyTorch's caching allocator behaves on a GPU.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from dataclasses import asdict
+from typing import Dict, Optional
+
+MALLOC_SETTINGS = {
+    "keep": {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(64 << 30)},
+    "default": {},
+}
+#: what a child may run: name -> module
+FUNCTIONS = {"measure_size": "measure", "memory_probe": "memory"}
+
+
+def malloc_environment(setting: str, base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
+    """``base`` (default: this process's environment) with glibc's ``MALLOC_*`` variables
+    replaced by those of ``setting`` (a key of MALLOC_SETTINGS)."""
+    if setting not in MALLOC_SETTINGS:
+        raise ValueError(f"unknown malloc setting {setting!r}; choose from {', '.join(MALLOC_SETTINGS)}")
+    env = {k: v for k, v in (os.environ if base is None else base).items() if not k.startswith("MALLOC_")}
+    return {**env, **MALLOC_SETTINGS[setting]}
+
+
+def malloc_variables() -> Dict[str, str]:
+    """This process's glibc malloc settings, for the record."""
+    return {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
+
+
+def in_fresh_process(function: str, threads: int, malloc: Optional[str] = None, **kwargs) -> Dict:
+    """``function(**kwargs)`` (a key of FUNCTIONS; ``size`` and ``variant`` given as dataclasses)
+    in a new process with ``threads`` torch threads and the ``malloc`` settings."""
+    arguments = {k: asdict(v) if k in ("size", "variant") else v for k, v in kwargs.items()}
+    env = malloc_environment(malloc) if malloc else dict(os.environ)
+    out = subprocess.run(
+        [sys.executable, "-m", __name__, function, json.dumps({"threads": threads, **arguments})],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**env, "PYTHONWARNINGS": "ignore"},
+    )
+    if out.returncode != 0:
+        what = kwargs.get("variant", kwargs.get("size"))
+        raise RuntimeError(f"{function} of {what.name} failed (exit status {out.returncode}); its output is above")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _child(function: str, arguments: str) -> None:
+    import importlib
+
+    import torch
+
+    from .variants import Size, Variant
+
+    kwargs = json.loads(arguments)
+    torch.set_num_threads(kwargs.pop("threads"))
+    if "size" in kwargs:
+        kwargs["size"] = Size.from_dict(kwargs["size"])
+    if "variant" in kwargs:
+        kwargs["variant"] = Variant(**kwargs["variant"])
+    module = importlib.import_module(f"{__package__}.{FUNCTIONS[function]}")
+    print(json.dumps(getattr(module, function)(**kwargs)))
+
+
+if __name__ == "__main__":
+    _child(*sys.argv[1:3])

@@ -1,0 +1,112 @@
+"""Memory of one training step, measured after one untimed step (Adam's state exists):
+
+* ``peak_mb``: parameters + buffers + Adam state (counted from the tensors) plus the peak,
+  during the step, of the bytes of live tensors the step allocated (torch's profiler records
+  every CPU allocation and free): activations, gradients, temporaries. The goal is checked
+  on this figure;
+* ``rss_rise_mb``: the rise of the process's peak resident memory during the step (Linux
+  ``VmHWM``, reset through ``/proc/self/clear_refs``): what the kernel sees, glibc's heap
+  fragmentation included. It depends on the allocations the process made before, so each
+  variant is probed in a fresh process (``isolation``);
+* ``saved_mb``: bytes of the distinct storages autograd keeps for backward (parameters
+  excluded): which tensors a scheme keeps alive.
+"""
+
+import ctypes
+import gc
+import itertools
+import re
+from typing import Callable, Dict, Iterable, Optional
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from .data import SyntheticTask, synthetic_batch
+from .steps import TrainingStep
+from .variants import Size, Variant, build_variant
+
+MB = 2**20
+
+
+def saved_for_backward_bytes(forward: Callable[[], torch.Tensor], exclude: Iterable[torch.Tensor] = ()) -> int:
+    """Bytes of the distinct storages autograd saves for backward while ``forward`` runs.
+
+    A storage counts once however many saved tensors view it, and whole (a saved view keeps
+    all of its storage alive); storages of ``exclude`` (the parameters) do not count.
+    """
+    excluded = {t.untyped_storage().data_ptr() for t in exclude}
+    storages: Dict[int, int] = {}
+
+    def pack(t):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in excluded:
+            storages[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        out = forward()
+    del out
+    return sum(storages.values())
+
+
+def step_allocation_peak_bytes(step: Callable[[], object]) -> int:
+    """Peak over ``step`` of the bytes of CPU tensors it allocated and had not yet freed."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    # the profiler's raw events: one "[memory]" event per allocation (+) and free (-)
+    events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
+    return max(itertools.accumulate((nbytes for _, nbytes in events), initial=0))
+
+
+def _status_kb(key: str) -> int:
+    with open("/proc/self/status") as f:
+        return int(re.search(rf"^{key}:\s+(\d+) kB", f.read(), re.M).group(1))
+
+
+def release_free_memory() -> None:
+    """Collect garbage and hand the heap's free memory back to the kernel (glibc only)."""
+    gc.collect()
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except OSError:  # not glibc
+        pass
+
+
+def step_rss_rise_bytes(step: Callable[[], object]) -> Optional[int]:
+    """Rise of the peak resident set size while ``step`` runs (Linux only, else None)."""
+    release_free_memory()
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # resets VmHWM to the current VmRSS
+        base = _status_kb("VmRSS")
+    except OSError:
+        return None
+    step()
+    return (_status_kb("VmHWM") - base) * 1024
+
+
+def memory_probe(size: Size, variant: Variant) -> Dict[str, Optional[float]]:
+    """The memory figures (module docstring) of one training step of ``variant`` at ``size``; MB."""
+    task = SyntheticTask(size.vocab)
+    sample = synthetic_batch(task, size.batch, size.src_len, size.tgt_len, seed=0)
+    step = TrainingStep(build_variant(variant, size, task), sample, task.target_dictionary.pad())
+    step()  # Adam state exists from here on
+    persistent = step.persistent_bytes()
+    allocated = step_allocation_peak_bytes(step)
+    rss = step_rss_rise_bytes(step)
+    return {
+        "persistent_mb": persistent / MB,
+        "step_peak_mb": allocated / MB,
+        "peak_mb": (persistent + allocated) / MB,
+        "rss_rise_mb": None if rss is None else rss / MB,
+        "saved_mb": step.saved_bytes() / MB,
+    }
+
+
+def with_ratios(memory: Dict[str, Dict], reference: str) -> Dict[str, Dict]:
+    """``memory`` per variant with ``<figure>_ratio`` to the reference variant added."""
+    for figures in memory.values():
+        for key in ("peak_mb", "rss_rise_mb", "saved_mb"):
+            ref, value = memory[reference][key], figures[key]
+            figures[f"{key}_ratio"] = None if ref is None or value is None else value / ref
+    return memory

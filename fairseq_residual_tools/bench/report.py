@@ -1,0 +1,146 @@
+"""The benchmark's record as ``bench.json`` and ``bench.md``, and the targets the ratios are checked on."""
+
+import json
+import statistics
+from pathlib import Path
+from typing import Dict, List, Optional
+
+from ..markdown import table
+from ..provenance import describe
+from .steps import BEAM
+from .timing import ratio_summary
+
+#: ResiDual against stock Pre-LN (medians), and the plugin's Post-/Pre-LN against the stock ones:
+#: ResiDual's extra stream may cost at most 3 % of speed and 5 % of peak training memory, and
+#: the plugin's own Post-LN and Pre-LN run the same layers as fairseq's, within 2 %
+TARGETS = {"residual_train": 0.97, "residual_memory": 1.05, "residual_generate": 0.97, "plugin_vs_stock": 0.02}
+
+
+def target_checks(record: Dict) -> List[Dict]:
+    """Each target at each size: the measured median and whether it holds."""
+    checks = []
+
+    def check(size, what, value, target, holds):
+        checks.append(dict(size=size, what=what, value=value, target=target, holds=bool(holds)))
+
+    for size in record["sizes"]:
+        name, train, gen, mem = size["size"]["name"], size["train"], size["generate"], size["memory"]
+        if "residual" in train:
+            speed = train["residual"]["ratio_to_reference"]["median"]
+            limit = TARGETS["residual_train"]
+            check(name, "ResiDual training speed / stock Pre-LN", speed, f">= {limit}", speed >= limit)
+            peak, limit = mem["residual"]["peak_mb_ratio"], TARGETS["residual_memory"]
+            check(name, "ResiDual peak training memory / stock Pre-LN", peak, f"<= {limit}", peak <= limit)
+            speed, limit = gen["residual"]["ratio_to_reference"]["median"], TARGETS["residual_generate"]
+            check(name, "ResiDual generation speed / stock Pre-LN", speed, f">= {limit}", speed >= limit)
+        tolerance = TARGETS["plugin_vs_stock"]
+        for ours, stock in (("post", "stock-post"), ("pre", "stock-pre")):
+            if ours not in train:
+                continue
+            for kind, timings in (("training", train), ("generation", gen)):
+                ratio = ratio_summary(timings[stock]["wall_s"], timings[ours]["wall_s"])["median"]
+                what = f"plugin {ours} {kind} speed / stock {ours}"
+                check(name, what, ratio, f"1 ± {tolerance}", abs(ratio - 1) <= tolerance)
+    return checks
+
+
+def _ratio(r: Dict[str, float]) -> str:
+    return f"{r['median']:.3f} ({r['min']:.3f}–{r['max']:.3f})"
+
+
+def _number(x: Optional[float], spec: str) -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def _load(load: Optional[List[float]]) -> str:
+    return "n/a" if load is None else " / ".join(f"{x:.2f}" for x in load)
+
+
+def _setting(record: Dict) -> str:
+    train, gen, layouts = record["rounds"], record["generation_rounds"], record["layouts"]
+    text = f"warm-up {record['warmup']}, interleaved rounds: {train} of training, {gen} of generation"
+    if layouts > 1:
+        text += (
+            f", in each of {layouts} layouts (a fresh process per layout, the variants built and run in rotated "
+            f"order), {layouts * train} and {layouts * gen} rounds in all"
+        )
+    malloc = {json.dumps(s["malloc_environment"], sort_keys=True) for s in record["sizes"]}
+    env = json.loads(malloc.pop()) if len(malloc) == 1 else None
+    if env is None:
+        allocator = "settings differ between sizes (see bench.json)"
+    else:
+        allocator = ", ".join(f"{k}={v}" for k, v in env.items()) or "glibc's default settings"
+        allocator += f" (`--malloc {record['malloc']}`)" if record.get("malloc") else ""
+    return f"{text}; memory allocator: {allocator}"
+
+
+def markdown(record: Dict) -> str:
+    labels = {name: label for size in record["sizes"] for name, label in size["variants"].items()}
+    lines = [
+        "# Benchmark: residual schemes vs fairseq's stock transformer",
+        "",
+        f"- command: `{record['command']}`, {record['threads']} torch threads",
+        f"- {describe(record)}",
+        f"- {_setting(record)}; {record['seconds']:.0f} s in all; load average (1, 5, 15 min) "
+        f"before {_load(record['load_average_before'])}, after {_load(record['load_average_after'])}",
+        f"- ratios are to `{record['reference']}`; speed: median (min–max) over the rounds, > 1 is faster "
+        "(wall time; user CPU time beside it); memory: < 1 is smaller (definitions in "
+        "`fairseq_residual_tools/bench/memory.py`)",
+        "- variants: " + "; ".join(f"`{n}` = {label}" for n, label in labels.items()),
+        "",
+    ]
+    for size in record["sizes"]:
+        s = size["size"]
+        speed_rows, memory_rows = [], []
+        for name in size["variants"]:
+            t, g, m = size["train"][name], size["generate"][name], size["memory"][name]
+            speed_rows.append(
+                [
+                    name,
+                    f"{size['parameters'][name] / 1e6:.1f}",
+                    f"{statistics.median(t['tokens_per_s']):.0f}",
+                    _ratio(t["ratio_to_reference"]),
+                    _ratio(t["user_cpu_ratio_to_reference"]),
+                    f"{statistics.median(t['minor_faults']):.0f}",
+                    f"{statistics.median(g['sentences_per_s']):.2f}",
+                    _ratio(g["ratio_to_reference"]),
+                    _ratio(g["user_cpu_ratio_to_reference"]),
+                ]
+            )
+            memory_rows.append(
+                [name, f"{m['peak_mb']:.1f}", f"{m['peak_mb_ratio']:.3f}", _number(m["rss_rise_mb"], ".1f")]
+                + [_number(m["rss_rise_mb_ratio"], ".3f"), f"{m['saved_mb']:.1f}", f"{m['saved_mb_ratio']:.3f}"]
+            )
+        lines += [
+            f"## {s['name']}: `{s['arch']}`, E{s['layers']}D{s['layers']}, vocabulary {s['vocab']}",
+            "",
+            f"Training batch {s['batch']} sentences × {s['src_len']} source / {s['tgt_len']} target tokens; "
+            f"generation {s['gen_batch']} sentences, beam {BEAM}, {s['gen_len']} tokens per hypothesis. "
+            f"{size['seconds']:.0f} s; load average before {_load(size['load_average_before'])}, "
+            f"after {_load(size['load_average_after'])}.",
+            "",
+            table(
+                ["variant", "params (M)", "train tok/s", "train speed", "train speed, user CPU", "page faults / step"]
+                + ["generate sent/s", "generate speed", "generate speed, user CPU"],
+                speed_rows,
+            ),
+            "",
+            table(
+                ["variant", "peak MB", "peak", "RSS rise MB", "RSS rise", "saved for backward MB", "saved"],
+                memory_rows,
+            ),
+            "",
+        ]
+    checks = [
+        [c["size"], c["what"], _number(c["value"], ".3f"), c["target"], "yes" if c["holds"] else "no"]
+        for c in target_checks(record)
+    ]
+    lines += ["## Targets (medians)", "", table(["size", "quantity", "measured", "target", "holds"], checks), ""]
+    return "\n".join(lines)
+
+
+def write(record: Dict, out_dir: Path) -> None:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "bench.json").write_text(json.dumps({**record, "targets": TARGETS}, indent=1) + "\n")
+    (out_dir / "bench.md").write_text(markdown(record))

@@ -1,0 +1,119 @@
+"""What is compared: model sizes, and the variants built at each size."""
+
+from argparse import Namespace
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+#: the variant every ratio is taken against
+REFERENCE = "stock-pre"
+
+
+@dataclass(frozen=True)
+class Size:
+    """One model size and the batches it is measured on."""
+
+    name: str
+    #: a residual_transformer preset (``--arch``) giving widths, heads and dropout
+    arch: str
+    layers: int
+    vocab: int
+    #: training batch: sentences x fixed source / target length
+    batch: int
+    src_len: int
+    tgt_len: int
+    #: generation batch (sentences) and the exact number of tokens generated per hypothesis
+    gen_batch: int
+    gen_len: int
+    #: the residual_transformer schemes measured (beside stock Post-LN and Pre-LN); None: all registered
+    schemes: Optional[Tuple[str, ...]] = None
+    #: (embed_dim, ffn_dim, heads) instead of the preset's, for the test suite's tiny size
+    width: Optional[Tuple[int, int, int]] = None
+
+    @classmethod
+    def from_dict(cls, fields: Dict) -> "Size":
+        """The inverse of ``dataclasses.asdict`` (JSON turns tuples into lists)."""
+        tuples = {k: tuple(fields[k]) for k in ("schemes", "width") if fields.get(k) is not None}
+        return cls(**{**fields, **tuples})
+
+
+_DEFAULT_SCHEMES = ("post", "pre", "residual")
+SIZES = {
+    s.name: s
+    for s in (
+        Size("iwslt-e6d6", "residual_transformer_iwslt_de_en", 6, 10000, 64, 32, 32, 16, 24, _DEFAULT_SCHEMES),
+        Size("wmt-e6d6", "residual_transformer_wmt_en_de", 6, 32000, 32, 32, 32, 8, 24, _DEFAULT_SCHEMES),
+        # 150M parameters: with Adam, 2.3 GB per variant held at once, so ResiDual only
+        Size("wmt-e18d18", "residual_transformer_wmt_en_de", 18, 32000, 16, 32, 32, 4, 24, ("residual",)),
+    )
+}
+#: a size small enough for the test suite
+TINY = Size("tiny", "residual_transformer_iwslt_de_en", 2, 60, 4, 7, 6, 2, 5, width=(16, 32, 2))
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    label: str
+    #: residual_transformer's --residual-scheme, or None for fairseq's stock transformer
+    scheme: Optional[str] = None
+    #: stock transformer only: Pre-LN (True) or Post-LN (False)
+    normalize_before: bool = False
+
+
+def variants(schemes: Optional[Sequence[str]] = None) -> List[Variant]:
+    """Stock Post-LN and Pre-LN, then ``schemes`` (default: every registered one) in SCHEMES order."""
+    from fairseq_residual.schemes import SCHEMES
+
+    stock = [
+        Variant("stock-post", "fairseq transformer, Post-LN", None, False),
+        Variant("stock-pre", "fairseq transformer, Pre-LN (--encoder/decoder-normalize-before)", None, True),
+    ]
+    names = [n for n in SCHEMES if schemes is None or n in schemes]
+    return stock + [Variant(n, f"residual_transformer --residual-scheme {n}", n) for n in names]
+
+
+def rotated(chosen: List[Variant], layout: int) -> List[Variant]:
+    """``chosen`` starting at position ``layout``: the order models are built and run in."""
+    k = layout % len(chosen)
+    return chosen[k:] + chosen[:k]
+
+
+def model_args(size: Size) -> Dict:
+    """The preset's widths, heads and dropout, with the size's depth, as flat options."""
+    from fairseq.models import ARCH_CONFIG_REGISTRY
+
+    import fairseq_residual  # noqa: F401  (registers the presets)
+
+    preset = Namespace()
+    ARCH_CONFIG_REGISTRY[size.arch](preset)
+    args = {k: v for k, v in vars(preset).items() if v is not None}
+    if size.width is not None:
+        embed, ffn, heads = size.width
+        for side in ("encoder", "decoder"):
+            args.update({f"{side}_embed_dim": embed, f"{side}_ffn_embed_dim": ffn, f"{side}_attention_heads": heads})
+    args.update(
+        encoder_layers=size.layers,
+        decoder_layers=size.layers,
+        share_all_embeddings=True,
+        max_source_positions=max(size.src_len, size.gen_len) + 8,
+        max_target_positions=max(size.tgt_len, size.gen_len) + 8,
+    )
+    return args
+
+
+def build_variant(variant: Variant, size: Size, task, seed: int = 0):
+    """The variant's model at ``size`` for ``task``'s dictionaries, initialised from ``seed``."""
+    import torch
+    from fairseq.models import ARCH_MODEL_REGISTRY
+
+    args = model_args(size)
+    torch.manual_seed(seed)
+    if variant.scheme is None:
+        args.update(
+            arch="transformer",
+            encoder_normalize_before=variant.normalize_before,
+            decoder_normalize_before=variant.normalize_before,
+        )
+        return ARCH_MODEL_REGISTRY["transformer"].build_model(Namespace(**args), task)
+    args.update(arch="residual_transformer", residual_scheme=variant.scheme)
+    return ARCH_MODEL_REGISTRY["residual_transformer"].build_model(Namespace(**args), task)
