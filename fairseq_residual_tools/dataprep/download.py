@@ -35,7 +35,7 @@ from typing import Optional
 from urllib.parse import unquote, urlparse
 
 from ..errors import DataError
-from .progress import Progress
+from .progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -102,7 +102,7 @@ def _local_path(url: str) -> Optional[Path]:
     return None
 
 
-def file_digest(path: Path, algorithm: str, progress: Optional[Progress] = None) -> str:
+def file_digest(path: Path, algorithm: str, progress=None) -> str:
     h = hashlib.new(algorithm)
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(CHUNK), b""):
@@ -112,7 +112,7 @@ def file_digest(path: Path, algorithm: str, progress: Optional[Progress] = None)
     return h.hexdigest()
 
 
-def _copy_from(src, dst, progress: Progress):
+def _copy_from(src, dst, progress):
     with open(dst, "ab") as out:
         for block in iter(lambda: src.read(CHUNK), b""):
             out.write(block)
@@ -122,7 +122,7 @@ def _copy_from(src, dst, progress: Progress):
 def _transfer(url: str, part: Path, total: Optional[int], quiet: bool):
     """Append the rest of ``url`` to ``part`` (which may hold a prefix already)."""
     offset = part.stat().st_size if part.exists() else 0
-    progress = Progress(f"download {part.name[:-5]}", total=total, unit="B", quiet=quiet, start=offset)
+    progress = progress_bar(f"download {part.name[:-5]}", total=total, unit="B", quiet=quiet, start=offset)
     local = _local_path(url)
     try:
         if local is not None:
@@ -150,7 +150,7 @@ def _transfer(url: str, part: Path, total: Optional[int], quiet: bool):
             if offset and response.status != 206:  # server ignored the range: start again
                 logger.info("%s: server does not resume, restarting the download", url)
                 part.unlink()
-                progress = Progress(progress.desc, total=total, unit="B", quiet=quiet)
+                progress = progress_bar(progress.desc, total=total, unit="B", quiet=quiet)
             _copy_from(response, part, progress)
     finally:
         progress.close()
@@ -198,7 +198,9 @@ def verify(archive: Archive, path: Path, checksums: Checksums, record_checksum=F
         algorithm, expected = "md5", archive.md5
     else:
         algorithm, expected = "sha256", None
-    digest = file_digest(path, algorithm, Progress(f"{algorithm} {archive.name}", total=size, unit="B", quiet=quiet))
+    digest = file_digest(
+        path, algorithm, progress_bar(f"{algorithm} {archive.name}", total=size, unit="B", quiet=quiet)
+    )
     if expected is None:
         if not record_checksum:
             raise DataError(

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import List
 
 from ..errors import DataError
-from .progress import Progress
+from .progress import progress_bar
 
 
 def remove_non_printing(line: str) -> str:
@@ -100,7 +100,7 @@ def process_file(steps: TextSteps, inp: Path, out: Path, workers=1, quiet=False)
     from .formats import utf8_lines
     from .pipeline import atomic_outputs
 
-    progress = Progress(Path(out).name, quiet=quiet)
+    progress = progress_bar(Path(out).name, quiet=quiet)
     f = utf8_lines(inp)
     with atomic_outputs([out]) as (tmp,), open(tmp, "w", encoding="utf-8") as g:
         if workers > 1:

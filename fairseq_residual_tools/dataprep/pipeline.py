@@ -19,7 +19,7 @@ from typing import Callable, Dict, Iterable, List, Optional, Sequence
 from ..errors import DataError
 from .formats import utf8_lines
 from .moses import TextSteps, process_file
-from .progress import Progress
+from .progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -269,7 +269,7 @@ def apply_sentencepiece(model: Path, inp: Path, out: Path, force=False, workers=
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor(model_file=str(model))
-    progress = Progress(Path(out).name, quiet=quiet)
+    progress = progress_bar(Path(out).name, quiet=quiet)
     f = utf8_lines(inp)
     with atomic_outputs([out]) as (tmp,), open(tmp, "w", encoding="utf-8") as g:
         while True:
