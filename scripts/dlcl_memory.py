@@ -3,7 +3,7 @@
 
     python scripts/dlcl_memory.py --out results/dlcl-memory/after.json     # WMT E18D18
 
-The probe is the benchmark's (``fairseq_residual_tools/bench.py``): parameters + Adam state +
+The probe is the benchmark's (``fairseq_residual_tools/bench/memory.py``): parameters + Adam state +
 the peak of live tensor bytes during one step, the rise of the process's peak resident memory,
 and the bytes autograd saves for backward; both models at the size's widths and batch.
 """
@@ -11,12 +11,14 @@ and the bytes autograd saves for backward; both models at the size's widths and 
 import argparse
 import json
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import fairseq_residual  # noqa: E402
-from fairseq_residual_tools import bench  # noqa: E402
+from fairseq_residual_tools.bench.isolation import in_fresh_process  # noqa: E402
+from fairseq_residual_tools.bench.variants import SIZES, Variant  # noqa: E402
 from fairseq_residual_tools.provenance import provenance  # noqa: E402
 
 SCHEMES = ("pre", "dlcl")
@@ -25,14 +27,17 @@ MEASURES = ("peak_mb", "rss_rise_mb", "saved_mb")
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--size", default="wmt-e18d18", choices=list(bench.SIZES), help="model size and batch")
+    parser.add_argument("--size", default="wmt-e18d18", choices=list(SIZES), help="model size and batch")
     parser.add_argument("--threads", type=int, default=1, help="intra-op threads of each measuring process")
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
     args = parser.parse_args(argv)
-    size = bench.SIZES[args.size]
+    size = SIZES[args.size]
     memory = {
-        scheme: bench.memory_probe_in_fresh_process(
-            size, bench.Variant(scheme, f"residual_transformer --residual-scheme {scheme}", scheme), args.threads
+        scheme: in_fresh_process(
+            "memory_probe",
+            args.threads,
+            size=size,
+            variant=Variant(scheme, f"residual_transformer --residual-scheme {scheme}", scheme),
         )
         for scheme in SCHEMES
     }
@@ -40,7 +45,7 @@ def main(argv=None):
     record = {
         "command": " ".join([Path(sys.argv[0]).name] + (argv if argv is not None else sys.argv[1:])),
         "plugin": str(Path(fairseq_residual.__file__).parent),
-        "size": bench.asdict(size),
+        "size": asdict(size),
         "threads": args.threads,
         "memory": memory,
         "dlcl_over_pre": ratio,
