@@ -515,6 +515,18 @@ def test_custom_corpus_sentencepiece_pipeline(custom_corpus, tmp_path):
     decoded = ["".join(x.split()).replace("\u2581", " ").strip() for x in lines(out / "text" / "valid.en")]
     assert decoded == lines(raw / "valid.en")
     assert (out / "bin" / "valid.de-en.de.bin").exists() and not (out / "bin" / "test.de-en.de.bin").exists()
+    # the recorded settings: fairseq's own sentencepiece bpe (what load_translator and fairseq-interactive
+    # use) with the recorded model encodes raw text as data prep did, and decodes back to it
+    from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig
+
+    record = json.loads((out / "summary.json").read_text())["translation"]
+    assert record["tokenizer"] is None and record["bpe"] == "sentencepiece" and record["lowercase"] is False
+    assert record["fairseq_interactive_flags"].endswith(
+        f"--sentencepiece-model {(out / 'text' / 'spm.model').resolve()}"
+    )
+    bpe = SentencepieceBPE(SentencepieceConfig(sentencepiece_model=str(out / record["sentencepiece_model"])))
+    assert [bpe.encode(x) for x in lines(raw / "valid.de")] == lines(out / "text" / "valid.de")
+    assert [bpe.decode(x) for x in lines(out / "text" / "valid.en")] == lines(raw / "valid.en")
 
 
 def test_custom_rerun_with_other_options_redoes_what_they_change(custom_corpus, tmp_path, capsys):
