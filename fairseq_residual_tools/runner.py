@@ -4,12 +4,21 @@ One way to run a CLI for every tool (demo, study, reproduction harness): the com
 is written to the log first (``$ python -m fairseq_cli.train ...``, so a log that several
 attempts appended to shows where each began), then the process's stdout and stderr,
 line by line; a non-zero exit raises ``RunError`` naming the last log line and the log.
+
+A run must survive being stopped and leave nothing behind when its caller is killed: a
+SIGTERM, SIGINT or SIGHUP that reaches the caller (SLURM preemption and ``scancel`` send
+SIGTERM, Ctrl-C SIGINT) is passed on to the command, which is then waited for, and the
+``RunError`` names the signal; if the caller is SIGKILLed, the kernel kills the command too
+(``PR_SET_PDEATHSIG`` on Linux), so no orphan keeps writing checkpoints while the same
+command, run again, resumes from them.
 """
 
 import os
 import shlex
+import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
@@ -20,12 +29,14 @@ PLUGIN_DIR = Path(__file__).resolve().parents[1] / "fairseq_residual"
 
 
 class RunError(UserError):
-    """A command exited with a non-zero status; its log says why."""
+    """A command exited with a non-zero status (``signal``: the stop signal passed on to it, if any)."""
 
-    def __init__(self, label: str, returncode: int, last_line: str, log_path: Path):
+    def __init__(self, label: str, returncode: int, last_line: str, log_path: Path, signal: Optional[str] = None):
         self.label, self.returncode, self.last_line, self.log_path = label, returncode, last_line, Path(log_path)
+        self.signal = signal
+        how = f"stopped by {signal}" if signal else "failed"
         super().__init__(
-            f"{label} failed (exit status {returncode}): {last_line or '(no output)'}; full log: {log_path}"
+            f"{label} {how} (exit status {returncode}): {last_line or '(no output)'}; full log: {log_path}"
         )
 
 
@@ -46,10 +57,11 @@ def run_logged(
 
     ``env`` is set on top of this process's environment; ``on_line`` sees every output line as
     it is logged (for progress on the console); ``label`` names the command in the error.
+    Stop signals are passed on from the main thread only (Python handles signals there).
     """
     log_path = Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    last_line = ""
+    last_line, received = "", []
     with open(log_path, "a", encoding="utf-8") as log:
         log.write(f"$ {shlex.join(map(str, cmd))}\n")
         log.flush()
@@ -60,14 +72,36 @@ def run_logged(
             text=True,
             errors="replace",
             env={**os.environ, **(env or {})},
+            preexec_fn=_die_with_parent if sys.platform.startswith("linux") else None,
         )
-        for line in proc.stdout:
-            log.write(line)
-            log.flush()
-            if line.strip():
-                last_line = line.strip()
-            if on_line is not None:
-                on_line(line)
-        returncode = proc.wait()
+
+        def forward(signum, _frame):
+            received.append(signal.Signals(signum).name)
+            proc.send_signal(signum)
+
+        main_thread = threading.current_thread() is threading.main_thread()
+        previous = {sig: signal.signal(sig, forward) for sig in _STOP_SIGNALS} if main_thread else {}
+        try:
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+                if line.strip():
+                    last_line = line.strip()
+                if on_line is not None:
+                    on_line(line)
+            returncode = proc.wait()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     if returncode != 0:
-        raise RunError(label or Path(cmd[0]).name, returncode, last_line, log_path)
+        raise RunError(label or Path(cmd[0]).name, returncode, last_line, log_path, received[0] if received else None)
+
+
+_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: the kernel sends it SIGKILL when its parent dies (Linux)."""
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
