@@ -87,8 +87,10 @@ class _AtomicCopyPathManager:
         return getattr(self._path_manager, name)
 
     def copy(self, src_path: str, dst_path: str, overwrite: bool = False) -> bool:
-        if not _is_local(src_path, dst_path) or (not overwrite and os.path.exists(dst_path)):
+        if not _is_local(src_path, dst_path):
             return self._path_manager.copy(src_path, dst_path, overwrite=overwrite)
+        if not overwrite and os.path.exists(dst_path):
+            return False  # as iopath's copy does
         write_atomically(dst_path, lambda tmp: shutil.copyfile(src_path, tmp))
         return True
 
