@@ -4,7 +4,9 @@
    for ``--updates`` updates on the embedded corpus with ``--fp16``, with the authors' OPUS-100 setting
    ``--memory-efficient-fp16 --fp16-init-scale 8``, and with ``--amp``. Recorded per run: whether every
    logged loss is finite, the loss-scale history, tokens/s (fairseq's ``wps``, median over the logged
-   intervals after the first), and per precision each scheme's tokens/s as a ratio to Pre-LN's.
+   intervals after the first), the least free GPU memory fairseq logged (``gb_free``: total memory minus
+   the peak allocated in an update), and per precision
+   each scheme's tokens/s as a ratio to Pre-LN's.
 2. A one-node ``torchrun`` launch through ``scripts/train.sh`` on every visible GPU (one rank per GPU,
    NCCL between them; with a single GPU, world size 1 and no process group).
 
@@ -107,6 +109,7 @@ def summarise_run(text: str) -> dict:
     losses = [(int(r["num_updates"]), _float(r["loss"])) for r in records]
     scales = [(int(r["num_updates"]), _float(r["loss_scale"])) for r in records if "loss_scale" in r]
     wps = [_float(r["wps"]) for r in records[1:] if "wps" in r]  # the first interval includes start-up
+    free = [_float(r["gb_free"]) for r in records if "gb_free" in r]  # fairseq logs it on a GPU
     return {
         "updates": losses[-1][0] if losses else 0,
         "losses": losses,
@@ -114,6 +117,7 @@ def summarise_run(text: str) -> dict:
         "loss_scale": scales,
         "overflow_messages": len(re.findall(r"gradient overflow detected", text)),
         "tokens_per_s": statistics.median(wps) if wps else None,
+        "gpu_gb_free_min": min(free) if free else None,
     }
 
 
@@ -134,21 +138,25 @@ def report_markdown(record: dict) -> str:
         "",
         f"## E18D18 training, {record['updates']} updates on the embedded corpus",
         "",
-        "| precision | scheme | loss finite | last loss | loss scale (first, min, last) | tokens/s | / Pre-LN |",
-        "|---|---|---|---|---|---|---|",
+        "| precision | scheme | loss finite | last loss | loss scale (first, min, last) | tokens/s | / Pre-LN "
+        "| GPU GB free (min) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for precision, runs in record["precision"].items():
         ratios = speed_ratios(runs)
         for scheme, run in runs.items():
             if "error" in run:
-                lines.append(f"| {precision} | {scheme} | failed: {run['error']} | | | | |")
+                lines.append(f"| {precision} | {scheme} | failed: {run['error']} | | | | | |")
                 continue
             scales = [s for _, s in run["loss_scale"]]
             scale = f"{scales[0]:g}, {min(scales):g}, {scales[-1]:g}" if scales else "-"
             last = f"{run['losses'][-1][1]:.3f}" if run["losses"] else "-"
             speed = f"{run['tokens_per_s']:.0f}" if run["tokens_per_s"] else "-"
             ratio = f"{ratios[scheme]:.3f}" if scheme in ratios else "-"
-            lines.append(f"| {precision} | {scheme} | {run['loss_finite']} | {last} | {scale} | {speed} | {ratio} |")
+            free = f"{run['gpu_gb_free_min']:.1f}" if run.get("gpu_gb_free_min") is not None else "-"
+            lines.append(
+                f"| {precision} | {scheme} | {run['loss_finite']} | {last} | {scale} | {speed} | {ratio} | {free} |"
+            )
     torchrun = record.get("torchrun")
     if torchrun:
         lines += ["", "## torchrun through scripts/train.sh", "", f"`{torchrun['command']}`: {torchrun['outcome']}"]

@@ -68,9 +68,11 @@ def test_bad_arguments_are_refused(argv, message, capsys):
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
 
 
-def train_inner(updates, loss, wps, loss_scale=None):
+def train_inner(updates, loss, wps, loss_scale=None, gb_free=None):
     """One per-interval record as fairseq-train --log-format json writes it."""
     rec = {"epoch": 1, "update": 0.5, "loss": f"{loss}", "wps": f"{wps}", "num_updates": str(updates)}
+    if gb_free is not None:
+        rec["gb_free"] = str(gb_free)
     if loss_scale is not None:
         rec["loss_scale"] = str(loss_scale)
     return f"2026-12-01 06:00:00 | INFO | train_inner | {json.dumps(rec)}"
@@ -83,8 +85,8 @@ def test_summary_reads_losses_loss_scale_and_tokens_per_second():
             " setting loss scale to: 64.0",
             train_inner(10, 9.5, 1000.0, 64),  # the first interval (start-up) is left out of tokens/s
             train_inner(20, 8.25, 20000.0, 64),
-            train_inner(30, 7.5, 22000.0, 128),
-            train_inner(40, 7.0, 21000.0, 128),
+            train_inner(30, 7.5, 22000.0, 128, gb_free=101.5),
+            train_inner(40, 7.0, 21000.0, 128, gb_free=100.2),
             '2026-12-01 06:00:09 | INFO | train | {"epoch": 1, "train_loss": "7.9", "train_num_updates": "40"}',
         ]
     )
@@ -92,7 +94,7 @@ def test_summary_reads_losses_loss_scale_and_tokens_per_second():
     assert run["updates"] == 40 and run["loss_finite"] is True
     assert run["losses"] == [(10, 9.5), (20, 8.25), (30, 7.5), (40, 7.0)]
     assert run["loss_scale"] == [(10, 64.0), (20, 64.0), (30, 128.0), (40, 128.0)]
-    assert run["tokens_per_s"] == 21000.0 and run["overflow_messages"] == 1
+    assert run["tokens_per_s"] == 21000.0 and run["overflow_messages"] == 1 and run["gpu_gb_free_min"] == 100.2
     diverged = summarise_run("\n".join([train_inner(10, 9.5, 1.0), train_inner(20, "nan", 1.0)]))
     assert diverged["loss_finite"] is False
 
@@ -113,7 +115,7 @@ def test_report_gives_each_schemes_speed_as_a_ratio_to_pre_ln():
         "precision": {"amp": runs},
     }
     table = report_markdown(record)
-    assert "| amp | post | True | 7.000 | 8, 8, 8 | 9000 | 0.900 |" in table
+    assert "| amp | post | True | 7.000 | 8, 8, 8 | 9000 | 0.900 | - |" in table
     assert "GPUs: NVIDIA H200 (CUDA 12.8)" in table
     assert "| amp | residual | failed: residual failed (exit status 1): boom" in table
 
