@@ -5,8 +5,7 @@
    ``--memory-efficient-fp16 --fp16-init-scale 8``, and with ``--amp``. Recorded per run: whether every
    logged loss is finite, the loss-scale history, tokens/s (fairseq's ``wps``, median over the logged
    intervals after the first), the least free GPU memory fairseq logged (``gb_free``: total memory minus
-   the peak allocated in an update), and per precision
-   each scheme's tokens/s as a ratio to Pre-LN's.
+   the peak allocated in an update), and per precision each scheme's tokens/s as a ratio to Pre-LN's.
 2. A one-node ``torchrun`` launch through ``scripts/train.sh`` on every visible GPU (one rank per GPU,
    NCCL between them; with a single GPU, world size 1 and no process group).
 
@@ -226,7 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--out", default=str(ROOT / "results" / "gpu-check"), help="results folder")
     parser.add_argument("--work", default=str(ROOT / "work" / "gpu-check"), help="data and scratch folder")
-    parser.add_argument("--updates", type=int, default=300, help="updates per precision run (default 300)")
+    parser.add_argument("--updates", type=int, default=200, help="updates per precision run (default 200)")
     parser.add_argument("--torchrun-updates", type=int, default=50, help="updates of the torchrun launch")
     parser.add_argument("--schemes", default=",".join(SCHEMES), help=f"comma-separated (default {SCHEMES})")
     parser.add_argument("--precisions", default=",".join(PRECISIONS), help=f"comma-separated, from {list(PRECISIONS)}")
