@@ -5,15 +5,15 @@ loads neither torch nor fairseq, and reports a ``UserError`` as one line ``error
 with exit status 1. ``data-prep/*.sh`` and ``scripts/*`` are one-line callers of these.
 """
 
-import importlib
 import sys
+from importlib import import_module
 from typing import Sequence
 
 from .errors import exit_on_user_error
 
 
 def _run(module: str, subcommand: Sequence[str] = ()) -> int:
-    main = importlib.import_module(f"fairseq_residual_tools.{module}").main
+    main = import_module(f"fairseq_residual_tools.{module}").main
     return exit_on_user_error(main, [*subcommand, *sys.argv[1:]])
 
 

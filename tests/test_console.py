@@ -1,9 +1,11 @@
 """The console commands (``[project.scripts]``): each resolves to a tool, data preparation starts
 without torch or fairseq, and a user error ends as one line."""
 
+import importlib
 import subprocess
 import sys
 from importlib.metadata import entry_points
+from types import SimpleNamespace
 
 import pytest
 
@@ -20,6 +22,24 @@ def test_every_console_script_names_a_function_of_the_console_module():
         module, function = target.split(":")
         assert name.startswith("fairseq-residual-") and module == "fairseq_residual_tools.console"
         assert callable(getattr(console, function)), name
+
+
+def test_every_console_command_runs_the_main_of_an_existing_tool(monkeypatch):
+    called = []
+
+    def tool(name):
+        return SimpleNamespace(main=lambda argv: called.append((name, argv)) or 0)
+
+    monkeypatch.setattr(console, "import_module", tool)
+    monkeypatch.setattr(sys, "argv", ["fairseq-residual-x", "--flag"])
+    for target in SCRIPTS.values():
+        assert getattr(console, target.split(":")[1])() == 0
+    assert len(called) == len(SCRIPTS)
+    assert ("fairseq_residual_tools.repro.cli", ["train", "--flag"]) in called
+    assert ("fairseq_residual_tools.dataprep.custom", ["--flag"]) in called
+    monkeypatch.undo()
+    for module, _ in called:
+        assert callable(importlib.import_module(module).main), module
 
 
 @pytest.mark.parametrize("recipe", ["iwslt14", "wmt14", "opus100", "custom"])
