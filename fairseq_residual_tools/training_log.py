@@ -34,6 +34,7 @@ import json
 import math
 import re
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import List, Optional, Tuple
 
@@ -138,3 +139,30 @@ def divergence(log: TrainLog) -> Optional[str]:
 
 def _mean(values):
     return sum(values) / len(values)
+
+
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \|")
+
+
+def training_seconds(out_file: Path) -> float:
+    """Wall time fairseq-train ran, summed over attempts (an interrupted run resumes in a new
+    attempt, which ``runner.run_logged`` starts with a ``$ command`` line), from fairseq's timestamps."""
+    total, first, last = 0.0, None, None
+    for line in Path(out_file).read_text(encoding="utf-8", errors="replace").splitlines() + ["$"]:
+        if line.startswith("$"):
+            if first is not None:
+                total += (last - first).total_seconds()
+            first = last = None
+            continue
+        match = _STAMP.match(line)
+        if match:
+            stamp = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S")
+            first, last = first or stamp, stamp
+    return round(total, 1)
+
+
+def log_span(out_file: Path):
+    """(first, last) fairseq timestamp of a run's log, over all its attempts."""
+    stamps = [_STAMP.match(line) for line in Path(out_file).read_text(encoding="utf-8", errors="replace").splitlines()]
+    stamps = [datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S") for m in stamps if m]
+    return (stamps[0], stamps[-1]) if stamps else (None, None)

@@ -8,6 +8,7 @@ import pytest
 from fairseq import options
 
 from fairseq_residual_tools.analysis import probes, study
+from fairseq_residual_tools.training_log import training_seconds
 
 
 def cells(line):
@@ -58,7 +59,7 @@ def test_training_time_adds_up_the_attempts_of_a_resumed_run(tmp_path):
         "$ fairseq-train ...\n2026-01-01 10:00:00 | INFO | a\n2026-01-01 10:01:40 | INFO | b\n"
         "Traceback (killed)\n$ fairseq-train ...\n2026-01-01 11:00:00 | INFO | c\n2026-01-01 11:00:30 | INFO | d\n"
     )
-    assert study.training_seconds(out) == 130.0
+    assert training_seconds(out) == 130.0
 
 
 @pytest.fixture(scope="module")

@@ -22,13 +22,11 @@ an interrupted one resumes from its ``checkpoint_last.pt`` (fairseq's own restor
 import argparse
 import json
 import os
-import re
 import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from datetime import datetime
 from pathlib import Path
 from typing import Dict, List, Sequence
 
@@ -38,7 +36,7 @@ from ..markdown import table
 from ..provenance import describe, describe_git, git_state, provenance
 from ..runner import RunError, run_logged
 from ..training_log import RULE as FAILS_RULE
-from ..training_log import divergence, read_log
+from ..training_log import divergence, log_span, read_log, training_seconds
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIED_SCHEMES = ("post", "pre", "residual")
@@ -103,33 +101,6 @@ def run_to_file(cmd: List[str], out_file: Path, label: str) -> None:
     # spin-waits against other jobs (an E12D12 update measured 13x slower with 2 threads)
     env = {"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
     run_logged(cmd, out_file, env=env, label=label, on_line=progress)
-
-
-_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \|")
-
-
-def training_seconds(out_file: Path) -> float:
-    """Wall time fairseq-train ran, summed over attempts (an interrupted run resumes in a new
-    attempt, which ``run_logged`` starts with a ``$ command`` line), from fairseq's timestamps."""
-    total, first, last = 0.0, None, None
-    for line in Path(out_file).read_text(encoding="utf-8", errors="replace").splitlines() + ["$"]:
-        if line.startswith("$"):
-            if first is not None:
-                total += (last - first).total_seconds()
-            first = last = None
-            continue
-        match = _STAMP.match(line)
-        if match:
-            stamp = datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S")
-            first, last = first or stamp, stamp
-    return round(total, 1)
-
-
-def log_span(out_file: Path):
-    """(first, last) fairseq timestamp of a run's log, over all its attempts."""
-    stamps = [_STAMP.match(line) for line in Path(out_file).read_text(encoding="utf-8", errors="replace").splitlines()]
-    stamps = [datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S") for m in stamps if m]
-    return (stamps[0], stamps[-1]) if stamps else (None, None)
 
 
 def score_test_set(databin, save_dir: Path, refs: List[str]):
