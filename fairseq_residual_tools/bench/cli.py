@@ -75,7 +75,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     sizes = [dict(SIZES, tiny=TINY)[name] for name in args.sizes.split(",")]
     if args.schemes:
         sizes = [dataclasses.replace(size, schemes=args.schemes) for size in sizes]
-    command = " ".join(["fairseq-residual-bench", *(sys.argv[1:] if argv is None else argv)])
+    # as it was typed: ``python scripts/bench.py ...`` or ``fairseq-residual-bench ...``
+    typed = ["python", *sys.argv] if sys.argv[0].endswith(".py") else [Path(sys.argv[0]).name, *sys.argv[1:]]
+    command = " ".join(typed if argv is None else ["fairseq-residual-bench", *argv])
     record = run(
         sizes,
         args.warmup,
