@@ -1,14 +1,21 @@
 """Launch commands: the paper's effective batch on any GPU count, torchrun / srun, ranks, resume."""
 
+import json
+import os
 import shlex
+import signal
+import subprocess
+import time
 
 import pytest
-from helpers import launch_args
+from helpers import SCRIPTS, TINY, launch_args
 
-from fairseq_residual_tools.errors import ConfigError
-from fairseq_residual_tools.repro import distributed_train, launch
+from fairseq_residual_tools.errors import ConfigError, exit_on_user_error
+from fairseq_residual_tools.repro import cli, distributed_train, estimates, launch
+from fairseq_residual_tools.repro.cells import DATASETS, parse_cell
 from fairseq_residual_tools.repro.distributed_train import ProcessRank, distributed_overrides, process_rank
 from fairseq_residual_tools.repro.launch import derive_batch
+from fairseq_residual_tools.repro.status import RUNNING, TRAINED, training_state
 
 
 @pytest.mark.parametrize(
@@ -32,8 +39,11 @@ def test_update_freq_is_derived_to_keep_the_papers_effective_batch(gpus, ref, ex
 def test_a_batch_that_cannot_be_kept_is_refused_or_flagged():
     with pytest.raises(ConfigError, match="cannot be split evenly over 3 GPUs"):
         derive_batch(3, 4096, 16)
-    with pytest.raises(ConfigError, match="over 8 GPUs"):
-        derive_batch(8, 4096, 1)  # would need 512 tokens per GPU
+    # IWSLT-14 on 8 GPUs: 4096 divides by 8; the reason is the per-GPU floor
+    with pytest.raises(
+        ConfigError, match="over 8 GPUs would leave 512 tokens per GPU, below the launcher's floor of 1024"
+    ):
+        derive_batch(8, 4096, 1)
     assert (derive_batch(8, 4096, 16, max_tokens=2048).update_freq) == 4
     chosen = derive_batch(8, 4096, 16, max_tokens=4096, update_freq=4)
     assert chosen.tokens == 131072 and "WARNING: differs from the paper's effective batch" in chosen.describe()
@@ -109,6 +119,12 @@ def test_training_resumes_from_the_cells_checkpoint_last_and_skips_finished_cell
     cell_dir = tmp_path / "iwslt14" / "pre" / "e6d6"
     assert not cell_dir.exists()  # a dry run writes nothing
 
+    # the dry run names the data folder it lacks and the data-prep command that makes it
+    data = tmp_path / "nowhere" / "bin"
+    launch.train(launch_args("iwslt14/pre/e6d6", tmp_path, data=data, gpus=2))
+    make = f"make it with `bash data-prep/prepare-iwslt14.sh --out {data.parent}`"
+    assert f"data folder {data} does not exist yet: {make}" in capsys.readouterr().out
+
     cell_dir.mkdir(parents=True)
     (cell_dir / "checkpoint_last.pt").write_bytes(b"")
     launch.train(args)
@@ -122,3 +138,105 @@ def test_training_resumes_from_the_cells_checkpoint_last_and_skips_finished_cell
     assert launch.train(args) == 0  # nothing is run
     assert "already trained" in capsys.readouterr().out
     assert not (cell_dir / "train.log").exists()
+
+
+def test_the_gpu_hour_estimate_follows_the_batch_actually_used(tmp_path):
+    cell = parse_cell("wmt14/residual/e6d6")
+    cfg = launch.dataset_config("wmt14")
+    paper = launch.plan_launch(launch_args(cell.name, tmp_path, gpus=8), environ={})
+    half = launch.plan_launch(launch_args(cell.name, tmp_path, gpus=8, max_tokens=4096, update_freq=1), environ={})
+    assert paper.batch["tokens"] == 65536 and half.batch["tokens"] == 32768
+    for plan in (paper, half):
+        hours = estimates.estimate(cell, cfg, plan.batch["tokens"]).gpu_hours
+        (note,) = [n for n in plan.notes if n.startswith("estimated training")]
+        assert note.startswith(f"estimated training: ~{hours} GPU-hours on A100-class GPUs at {plan.batch['tokens']:,}")
+    assert estimates.estimate(cell, cfg, 32768).gpu_hours < estimates.estimate(cell, cfg, 65536).gpu_hours
+
+
+def one_line_error(argv, capsys):
+    assert exit_on_user_error(cli.main, argv) == 1
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), captured.err
+    return lines[0]
+
+
+def test_missing_data_or_another_language_pair_stops_train_sh_with_one_line(tmp_path, demo_databin, capsys):
+    missing = tmp_path / "nowhere" / "bin"
+    base = ["train", "--cell", "iwslt14/residual/e6d6", "--work", str(tmp_path), "--cpu"]
+    line = one_line_error([*base, "--data", str(missing)], capsys)
+    assert line == (
+        f"error: data folder {missing} does not exist yet: make it with "
+        f"`bash data-prep/prepare-iwslt14.sh --out {missing.parent}` (data-prep/README.md)"
+    )
+    # the demo data-bin is made for src-tgt; the cell's config trains de-en
+    line = one_line_error([*base, "--data", str(demo_databin.databin)], capsys)
+    assert line.startswith(f"error: data folder {demo_databin.databin} has no dict.de.txt: it is made for src-tgt")
+    assert not (tmp_path / "iwslt14").exists()  # nothing was launched
+
+
+def test_separate_dictionaries_with_shared_embeddings_are_refused_before_launch(tmp_path, demo_databin):
+    data = tmp_path / "bin"
+    data.mkdir()
+    (data / "dict.de.txt").write_text("hallo 3\n")
+    (data / "dict.en.txt").write_text("hello 3\n")
+    problem = launch.data_problem(DATASETS["iwslt14"], data, launch.dataset_config("iwslt14"))
+    assert problem.startswith(f"data folder {data} has separate de and en dictionaries, but the cell shares all")
+    assert "--joined-dictionary" in problem
+
+
+def wait_for(predicate, timeout=240):
+    deadline = time.time() + timeout
+    while not predicate():
+        assert time.time() < deadline, "timed out"
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_a_killed_launch_resumes_with_the_same_command(tmp_path, demo_databin):
+    """SIGTERM (preemption, scancel) and SIGKILL of the launcher: the same command resumes and finishes."""
+    command = ["bash", str(SCRIPTS / "train.sh"), "--cell", "iwslt14/residual/e6d6", "--work", str(tmp_path)]
+    command += ["--data", str(demo_databin.databin), "--cpu", "--", *TINY, "model.encoder_layers=1"]
+    command += ["model.decoder_layers=1", "optimization.max_epoch=3", "optimization.lr=[0.002]"]
+    command += ["lr_scheduler.warmup_updates=8"]
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONWARNINGS="ignore")
+    cell_dir = tmp_path / "iwslt14" / "residual" / "e6d6"
+
+    def saved():
+        log = cell_dir / "train.log"
+        return log.read_text().count("Saved checkpoint") if log.is_file() else 0
+
+    def launch_until(saves, sig):
+        """Start the command; once ``saves`` checkpoints are complete in all (this kill test is not about
+        kills inside a save), stop its launcher with ``sig``."""
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for(lambda: saved() >= saves or proc.poll() is not None)
+        proc.send_signal(sig)  # bash exec'd the launcher: this is the launcher's pid
+        return proc.wait()
+
+    assert launch_until(1, signal.SIGTERM) == 128 + signal.SIGTERM
+    state = training_state(cell_dir)
+    assert (state.name, state.detail) == (RUNNING, "the last launch was stopped by SIGTERM")
+    assert json.loads((cell_dir / "launch.json").read_text())[-1]["signal"] == "SIGTERM"
+
+    assert launch_until(2, signal.SIGKILL) == -signal.SIGKILL
+    assert training_state(cell_dir).name == RUNNING  # no record: the launcher died with its training
+    # the training died with its launcher (no orphan keeps writing the folder)
+    wait_for(lambda: not any(str(cell_dir) in _cmdline(pid) for pid in os.listdir("/proc") if pid.isdigit()), 20)
+
+    out = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert f"resuming from {cell_dir / 'checkpoint_last.pt'}" in out.stdout
+    assert "state so far: running or interrupted" in out.stdout
+    assert "Loaded checkpoint" in out.stdout and "done training" in out.stdout
+    state = training_state(cell_dir)
+    assert (state.name, state.detail) == (TRAINED, "max_epoch reached") and (cell_dir / "train.done").is_file()
+    assert sorted(p.name for p in cell_dir.glob("checkpoint[0-9]*.pt")) == [f"checkpoint{e}.pt" for e in range(1, 4)]
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().decode(errors="replace")
+    except OSError:
+        return ""

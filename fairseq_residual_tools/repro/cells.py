@@ -53,6 +53,7 @@ class Dataset:
     config_name: str  # configs/<config_name>.yaml
     data: str  # default data-bin (relative to the repository root), from data-prep/
     evaluation: Evaluation
+    prepare: str = ""  # the data-prep script that makes it
     #: GPUs assumed behind the authors' config: their effective batch is
     #: reference_gpus x max_tokens x update_freq of the YAML (the GPU count is not published)
     reference_gpus: int = 1
@@ -72,6 +73,7 @@ DATASETS: Dict[str, Dataset] = {
                 "(the data is lowercased by data-prep), BPE removed -- the paper's IWSLT-14 figure; "
                 "sacrebleu: Moses-detokenised hypotheses against Moses-detokenised references",
             ),
+            prepare="data-prep/prepare-iwslt14.sh",
         ),
         Dataset(
             "wmt14",
@@ -85,6 +87,7 @@ DATASETS: Dict[str, Dataset] = {
                 "average over newstest2010-2016 -- the paper's WMT figure; sacrebleu: "
                 "Moses-detokenised hypotheses against Moses-detokenised references",
             ),
+            prepare="data-prep/prepare-wmt14.sh",
         ),
         Dataset(
             "opus100",
@@ -97,6 +100,7 @@ DATASETS: Dict[str, Dataset] = {
                 "zh for Chinese targets); EX = mean over English->X, XE = mean over X->English, "
                 "ALL = mean over all directions -- the paper's OPUS-100 figures",
             ),
+            prepare="data-prep/prepare-opus100.sh",
         ),
     )
 }

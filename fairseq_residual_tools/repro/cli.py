@@ -1,7 +1,7 @@
 """Command lines of scripts/train.sh, evaluate.sh, reproduce.sh and make_tables.py.
 
 python -m fairseq_residual_tools.repro train     --cell C [--gpus G] [--nodes N] [--dry-run] [-- OVERRIDES]
-python -m fairseq_residual_tools.repro evaluate  --cell C
+python -m fairseq_residual_tools.repro evaluate  --cell C [--dry-run] [--allow-unfinished]
 python -m fairseq_residual_tools.repro reproduce --table T [--dry-run] [--list]
 python -m fairseq_residual_tools.repro tables
 """
@@ -13,9 +13,9 @@ import sys
 from pathlib import Path
 
 from ..errors import UserError
-from ..training_log import divergence, read_log
 from . import estimates
 from .cells import NOT_IMPLEMENTED, paper_cells
+from .status import FAILS, TRAINED, training_state
 from .tables import DEFAULT_OUT, DEFAULT_RESULTS, DEFAULT_WORK, make_tables
 
 
@@ -79,6 +79,15 @@ def build_parser():
     _add_common(p)
     _add_eval_options(p)
     p.add_argument("--cpu", action="store_true", help="decode on CPU")
+    p.add_argument(
+        "--dry-run", action="store_true", help="say what would be averaged, decoded and written; run nothing"
+    )
+    p.add_argument(
+        "--allow-unfinished",
+        action="store_true",
+        help="score a training that has not finished (running, interrupted, failed): the result records it "
+        "and the tables mark the score",
+    )
 
     p = sub.add_parser("reproduce", help="train and evaluate every cell of a table, in order, then make the tables")
     p.add_argument("--table", default="all", help="iwslt14, wmt14, opus100, warmup or all")
@@ -141,7 +150,8 @@ def cmd_reproduce(args) -> int:
             hours = ""
             if cell.implemented:
                 cfg = dataset_config(cell.dataset)
-                hours = f"~{estimates.estimate(cell, cfg, args.reference_gpus or 1).gpu_hours}"
+                tokens = estimates.reference_tokens(cfg, args.reference_gpus or 1)
+                hours = f"~{estimates.estimate(cell, cfg, tokens).gpu_hours}"
             print(f"{cell.name:34} {status:24} {hours}")
         return 0
     _default_gpus(args)
@@ -155,7 +165,7 @@ def cmd_reproduce(args) -> int:
             # evaluated, or recorded as "fails": nothing left to do for this cell
             print(f"already evaluated: {result_path(args.results, cell)}")
             continue
-        cell_args = argparse.Namespace(**{**vars(args), "cell": cell.name})
+        cell_args = argparse.Namespace(**{**vars(args), "cell": cell.name, "allow_unfinished": False})
         rc = train(cell_args)
         evaluate_line = [
             "bash",
@@ -170,9 +180,9 @@ def cmd_reproduce(args) -> int:
         if args.dry_run:
             print("then: " + shlex.join(evaluate_line))
             continue
-        log = Path(args.work).resolve() / cell.name / "train.log"
-        if rc != 0 and not (log.is_file() and divergence(read_log(log))):
-            failed.append(cell.name)
+        state = training_state(Path(args.work).resolve() / cell.name)
+        if state.name not in (TRAINED, FAILS):
+            failed.append(f"{cell.name} ({state.describe()}, exit {rc})")
             continue
         try:
             evaluate(cell_args)  # a diverged training is recorded as "fails"

@@ -8,8 +8,10 @@ scores add under 2% at these sentence lengths and are left out):
 * per source token, the encoder layers: 4d^2 (attention) + 2 d f (FFN) weights each;
 * per target token, the decoder layers: 8d^2 (self + cross attention) + 2 d f each,
   plus the output projection d x V;
-* tokens per update: the paper's effective batch (``max_tokens`` counts padded
-  tokens of the longer side, so this is an upper bound for each side);
+* tokens per update: the batch the launch actually uses (GPUs x max_tokens x
+  update_freq; the paper's effective batch unless ``--max-tokens``/``--update-freq``
+  choose another); ``max_tokens`` counts padded tokens of the longer side, so this is
+  an upper bound for each side;
 * updates: ``max_update`` of the config; IWSLT-14 trains until 20 epochs without
   a better validation BLEU, assumed here to end after ``IWSLT_UPDATES``.
 
@@ -45,10 +47,14 @@ def training_flops_per_token_pair(d: int, ffn: int, enc: int, dec: int, vocab: i
     return 6.0 * (encoder + decoder)
 
 
-def estimate(cell: Cell, cfg, reference_gpus: int = 1) -> Estimate:
-    """Estimate for ``cell`` from its composed config (``launch.compose``)."""
+def reference_tokens(cfg, reference_gpus: int = 1) -> int:
+    """The paper's effective batch: the config's max_tokens x update_freq on ``reference_gpus`` GPUs."""
+    return reference_gpus * int(cfg.dataset.max_tokens) * int(cfg.optimization.update_freq[0])
+
+
+def estimate(cell: Cell, cfg, tokens: int) -> Estimate:
+    """Estimate for ``cell`` from its composed config (``launch.compose``), at ``tokens`` per update."""
     m = cfg.model
-    tokens = reference_gpus * int(cfg.dataset.max_tokens) * int(cfg.optimization.update_freq[0])
     updates = int(cfg.optimization.max_update) or IWSLT_UPDATES
     per_token = training_flops_per_token_pair(
         int(m.encoder_embed_dim),

@@ -1,9 +1,13 @@
 """Evaluating one trained cell as the paper scores it, into one JSON file.
 
-``scripts/evaluate.sh --cell C`` ends up in ``evaluate``:
+``scripts/evaluate.sh --cell C [--dry-run] [--allow-unfinished]`` ends up in ``evaluate``:
 
-1. a training whose log shows divergence (``training_log.divergence``: NaN,
-   exploding or stalled loss) is recorded as ``"status": "fails"``;
+1. the training's state is read from its folder (``status.training_state``); a
+   training whose log shows divergence (``training_log.divergence``: NaN,
+   exploding or stalled loss) is recorded as ``"status": "fails"``; one that is not
+   "trained" (running, interrupted, failed, not run) stops with one error, unless
+   ``--allow-unfinished``, which scores it and records the deviation (the tables
+   mark the score with it);
 2. otherwise the last N checkpoints are averaged (``averaging``);
 3. ``fairseq-generate`` decodes every test set of the dataset (beam 5, the
    dataset's length penalty and max length, as configured in ``cells.DATASETS``);
@@ -20,12 +24,12 @@ import time
 from pathlib import Path
 from typing import Dict, List
 
-from ..errors import DataError
-from ..training_log import divergence, read_log
+from ..errors import DataError, UserError
 from . import scoring
 from .averaging import average_checkpoints, last_checkpoints
 from .cells import ROOT, Cell, parse_cell
 from .launch import PLUGIN_DIR
+from .status import FAILS, NOT_RUN, TRAINED, training_state
 
 
 def result_path(results_dir, cell: Cell) -> Path:
@@ -140,15 +144,35 @@ def evaluate(args) -> dict:
         "git_commit": git_commit(),
         "date": time.strftime("%Y-%m-%d %H:%M:%S"),
     }
-    log = cell_dir / "train.log"
-    if not log.is_file():
-        raise DataError(f"{log} not found: train the cell first (scripts/train.sh --cell {cell.name})")
-    reason = divergence(read_log(log))
-    if reason:
-        record.update(status="fails", divergence=reason, scores={})
+    state = training_state(cell_dir)
+    record["training"].update(state=state.name, state_detail=state.detail)
+    if state.name == NOT_RUN:
+        raise DataError(
+            f"{cell_dir / 'train.log'} not found: train the cell first (scripts/train.sh --cell {cell.name})"
+        )
+    if state.name == FAILS:
+        if args.dry_run:
+            print(f"{cell.name}: training diverged ({state.detail}): would record it as fails in {out_path}")
+            return record
+        record.update(status="fails", divergence=state.detail, scores={})
         return _write(out_path, record)
+    if state.name != TRAINED:
+        if not args.allow_unfinished:
+            raise UserError(
+                f"{cell.name} is not trained: {state.describe()} ({state.detail}); "
+                f"finish it with scripts/train.sh --cell {cell.name} (the same command resumes it), "
+                "or pass --allow-unfinished to score its checkpoints as they are (recorded, and marked in the tables)"
+            )
+        deviation = f"evaluated unfinished training: {state.describe()} ({state.detail})"
+        record["training"]["deviations"] = [*record["training"].get("deviations", []), deviation]
+        record["unfinished"] = deviation
 
     checkpoints = last_checkpoints(cell_dir, args.average or ev.average_last, ev.checkpoints)
+    if args.dry_run:
+        print(f"{cell.name}: {state.name} ({state.detail}); would average {', '.join(p.name for p in checkpoints)}")
+        print(f"then decode the test sets with beam {ev.beam} (fairseq-generate) and score them as: {ev.scoring}")
+        print(f"and write {out_path}")
+        return record
     averaged = average_checkpoints(checkpoints, cell_dir / f"checkpoint.average{len(checkpoints)}.pt")
     import torch
 

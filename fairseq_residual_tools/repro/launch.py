@@ -5,7 +5,7 @@
 started once per GPU by torch.distributed's own launchers:
 
 * one process:          ``python -m fairseq_residual_tools.repro.distributed_train ARGS``
-* G GPUs on one node:   ``torchrun --standalone --nproc-per-node G -m fairseq_residual_tools.repro.distributed_train ARGS``
+* G GPUs on one node:   ``torchrun --standalone --nproc-per-node G -m <the same module> ARGS``
 * N nodes, no SLURM:    the same torchrun command with ``--nnodes N --node-rank R --master-addr HOST``,
                         run on every node (``--node-rank`` / ``--master-addr`` given to train.sh)
 * N nodes in SLURM:     ``srun --nodes N --ntasks-per-node G python -m ... --ranks-from slurm ARGS``
@@ -14,15 +14,19 @@ started once per GPU by torch.distributed's own launchers:
 (see ``distributed_train`` for why each process is given its rank explicitly).
 Everything a cell writes goes to its folder, ``<work>/<cell name>/``: checkpoints,
 ``train.log`` (the console output of every launch, appended), ``launch.json``
-(the commands, batch and wall time of every launch) and ``train.done`` once
-fairseq finished. fairseq itself resumes from ``checkpoint_last.pt`` in that
-folder (model, optimizer, schedule and data position).
+(the commands, batch, exit status and wall time of every launch that ended) and
+``train.done`` once the training is finished (``status.training_state``: the
+state is read from this evidence). fairseq itself resumes from
+``checkpoint_last.pt`` in that folder (model, optimizer, schedule and data
+position), so after a kill -- preemption, ``scancel``, a crashed node -- the same
+command continues the cell.
 """
 
 import functools
 import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -32,11 +36,11 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..errors import ConfigError, DataError
-from ..training_log import divergence, read_log
-from .cells import CONFIG_DIR, NOT_IMPLEMENTED, ROOT, Cell, parse_cell
+from ..runner import PLUGIN_DIR, RunError, run_logged
+from .cells import CONFIG_DIR, NOT_IMPLEMENTED, ROOT, Cell, Dataset, parse_cell
 from .estimates import estimate
+from .status import FAILS, LAUNCH_MARK, TRAINED, training_state
 
-PLUGIN_DIR = ROOT / "fairseq_residual"
 ENTRY = "fairseq_residual_tools.repro.distributed_train"
 #: smallest per-GPU batch the launcher chooses by itself: fairseq needs every
 #: sentence (up to ~250 BPE tokens here) to fit one batch, and tiny batches waste GPUs
@@ -99,6 +103,13 @@ def derive_batch(
     for tokens in candidates:
         if total % (gpus * tokens) == 0:
             return Batch(gpus, tokens, total // (gpus * tokens), reference, total)
+    if max_tokens is None and total < gpus * MIN_MAX_TOKENS:
+        raise ConfigError(
+            f"the paper's effective batch of {total:,} tokens over {gpus} GPUs would leave {total // gpus:,} tokens "
+            f"per GPU, below the launcher's floor of {MIN_MAX_TOKENS} per GPU (every sentence must fit one batch, "
+            f"and tiny batches waste GPUs): use at most {total // MIN_MAX_TOKENS} GPUs, or give --max-tokens and "
+            "--update-freq to choose another batch"
+        )
     raise ConfigError(
         f"the paper's effective batch of {total:,} tokens cannot be split evenly over {gpus} GPUs"
         + (f" with --max-tokens {max_tokens}" if max_tokens else f" with at least {MIN_MAX_TOKENS} tokens per GPU")
@@ -142,6 +153,37 @@ def multilingual_overrides(data: Path, dry_run: bool) -> List[str]:
     return out
 
 
+def data_problem(dataset: Dataset, data: Path, cfg) -> Optional[str]:
+    """Why ``data`` cannot serve the cell (missing, another language pair, separate dictionaries), or None."""
+    if not data.is_dir():
+        how = (
+            f"make it with `bash {dataset.prepare} --out {data.parent}`"
+            if data.name == "bin"
+            else f"`bash {dataset.prepare} --out DIR` makes DIR/bin; give that as --data"
+        )
+        return f"data folder {data} does not exist yet: {how} (data-prep/README.md)"
+    if cfg.task._name != "translation":
+        return None
+    src, tgt = cfg.task.source_lang, cfg.task.target_lang
+    missing = [lang for lang in (src, tgt) if not (data / f"dict.{lang}.txt").is_file()]
+    if missing:
+        found = sorted(p.name[5:-4] for p in data.glob("dict.*.txt"))
+        return (
+            f"data folder {data} has no dict.{missing[0]}.txt: it is made for {'-'.join(found) or 'no language'}, "
+            f"the cell trains {src}-{tgt}; give --data for that pair, or override task.source_lang= "
+            "task.target_lang= after --"
+        )
+    if (
+        cfg.model.get("share_all_embeddings")
+        and (data / f"dict.{src}.txt").read_bytes() != (data / f"dict.{tgt}.txt").read_bytes()
+    ):
+        return (
+            f"data folder {data} has separate {src} and {tgt} dictionaries, but the cell shares all embeddings: "
+            "make a joined dictionary (every data-prep/ recipe does; fairseq-preprocess --joined-dictionary)"
+        )
+    return None
+
+
 # ----------------------------------------------------------------------------- the commands
 
 
@@ -160,6 +202,7 @@ class LaunchPlan:
     #: how this launch departs from the paper's setting (shown next to its scores in the tables)
     deviations: List[str] = field(default_factory=list)
     notes: List[str] = field(default_factory=list)
+    data_problem: Optional[str] = None  # why the data cannot serve the cell: a dry run says it, a launch stops
 
     def shell(self) -> str:
         prefix = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]
@@ -192,6 +235,7 @@ def plan_launch(args, environ=os.environ, entry_module: str = ENTRY) -> LaunchPl
     extra = list(args.overrides)
 
     cfg = dataset_config(cell.dataset, tuple(extra))
+    problem = data_problem(dataset, data, cfg)
     gpus_per_node = args.gpus or 1
     processes = gpus_per_node * args.nodes
     reference_gpus = args.reference_gpus or dataset.reference_gpus
@@ -210,7 +254,7 @@ def plan_launch(args, environ=os.environ, entry_module: str = ENTRY) -> LaunchPl
         dataset.config_name,
         *cell.overrides(),
         f"task.data={data}",
-        *(multilingual_overrides(data, args.dry_run) if dataset.name == "opus100" else []),
+        *(multilingual_overrides(data, args.dry_run or bool(problem)) if dataset.name == "opus100" else []),
         f"common.user_dir={PLUGIN_DIR}",
         f"checkpoint.save_dir={cell_dir}",
         f"dataset.max_tokens={batch.max_tokens}",
@@ -267,8 +311,12 @@ def plan_launch(args, environ=os.environ, entry_module: str = ENTRY) -> LaunchPl
     if processes > 1 and args.cpu:
         notes.append(f"{processes} CPU processes, gloo backend")
     if not extra:
-        hours = estimate(cell, cfg, reference_gpus).gpu_hours
-        notes.append(f"estimated training: ~{hours} GPU-hours on A100-class GPUs (an estimate: docs/reproduce.md)")
+        hours = estimate(cell, cfg, batch.tokens).gpu_hours
+        notes.append(
+            f"estimated training: ~{hours} GPU-hours on A100-class GPUs at {batch.tokens:,} tokens per update "
+            "(an estimate: docs/reproduce.md)"
+        )
+
     deviations = [f"overrides: {' '.join(extra)}"] if extra else []
     if args.cpu:
         deviations.append("trained on CPU")
@@ -287,6 +335,7 @@ def plan_launch(args, environ=os.environ, entry_module: str = ENTRY) -> LaunchPl
         env=env,
         deviations=deviations,
         notes=notes,
+        data_problem=problem,
     )
 
 
@@ -308,29 +357,14 @@ def dataset_config(dataset: str, extra: tuple = ()):
 # ----------------------------------------------------------------------------- running
 
 
-def run_logged(command: List[str], env: Dict[str, str], log_path: Path) -> int:
-    """Run ``command``, copying its output (stdout and stderr) to the console and to ``log_path``."""
-    with open(log_path, "a", encoding="utf-8") as log:
-        proc = subprocess.Popen(
-            command,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env={**os.environ, **env},
-            errors="replace",
-        )
-        for line in proc.stdout:
-            sys.stdout.write(line)
-            log.write(line)
-            log.flush()
-        return proc.wait()
-
-
-def append_launch_record(cell_dir: Path, record: dict):
+def write_launch_record(cell_dir: Path, record: dict, new: bool):
+    """Append ``record`` to ``launch.json`` (``new``), or replace its last one (the same launch, ended)."""
     path = cell_dir / "launch.json"
     records = json.loads(path.read_text()) if path.is_file() else []
-    records.append(record)
-    path.write_text(json.dumps(records, indent=1) + "\n")
+    records = records + [record] if new else records[:-1] + [record]
+    tmp = path.with_name(f"launch.json.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(records, indent=1) + "\n")
+    os.replace(tmp, path)
 
 
 def train(args, entry_module: str = ENTRY) -> int:
@@ -343,41 +377,55 @@ def train(args, entry_module: str = ENTRY) -> int:
     print(plan.batch["text"])
     for note in plan.notes:
         print(note)
+    if plan.data_problem:
+        print(plan.data_problem)
     last = cell_dir / "checkpoint_last.pt"
     done = cell_dir / "train.done"
     if done.is_file():
         print(f"already trained ({done}); remove that file to train further")
     elif last.is_file():
-        print(f"resuming from {last} (fairseq restores model, optimizer, schedule and data position)")
+        before = training_state(cell_dir)
+        print(
+            f"resuming from {last} (fairseq restores model, optimizer, schedule and data position); "
+            f"state so far: {before.describe()}{': ' + before.detail if before.detail else ''}"
+        )
     else:
         print("no checkpoint_last.pt yet: training from the start")
     print(plan.shell())
     if args.dry_run or done.is_file():
         return 0
+    if plan.data_problem:
+        raise DataError(plan.data_problem)
 
     cell_dir.mkdir(parents=True, exist_ok=True)
     log_path = cell_dir / "train.log"
     started = time.time()
     with open(log_path, "a", encoding="utf-8") as log:
-        log.write(f"### {time.strftime('%Y-%m-%d %H:%M:%S')} launch: {plan.shell()}\n")
-    rc = run_logged(plan.command, plan.env, log_path)
-    wall = round(time.time() - started, 1)
-    append_launch_record(
-        cell_dir,
-        {
-            **asdict(plan),
-            "shell": plan.shell(),
-            "returncode": rc,
-            "wall_seconds": wall,
-            "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
-        },
-    )
-    if rc == 0:
-        done.write_text(f"fairseq-hydra-train finished at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        log.write(f"{LAUNCH_MARK}{time.strftime('%Y-%m-%d %H:%M:%S')} launch: {plan.shell()}\n")
+    record = {
+        **asdict(plan),
+        "shell": plan.shell(),
+        "returncode": None,  # until it ends: a record left so is a launch killed with its launcher
+        "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
+    }
+    write_launch_record(cell_dir, record, new=True)
+    try:  # the console shows the training's output as it goes
+        run_logged(plan.command, log_path, env=plan.env, label=plan.cell, on_line=sys.stdout.write)
+        rc, stopped_by = 0, None
+    except RunError as stopped:  # a stop signal or failure; the log and the state below say which
+        rc, stopped_by = stopped.returncode, stopped.signal
+    record.update(returncode=rc, signal=stopped_by, wall_seconds=round(time.time() - started, 1))
+    write_launch_record(cell_dir, record, new=False)
+    state = training_state(cell_dir)
+    if state.name == TRAINED:
+        done.write_text(f"fairseq-hydra-train finished ({state.detail}) at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
         return 0
-    reason = divergence(read_log(log_path))
-    if reason:
-        print(f'{plan.cell}: training diverged: {reason} -- the tables report it as "fails"')
+    if state.name == FAILS:
+        print(f'{plan.cell}: training diverged: {state.detail} -- the tables report it as "fails"')
+    elif stopped_by or rc < 0:
+        print(f"{plan.cell}: {state.detail}; the same command resumes it from {last}")
     else:
-        print(f"{plan.cell}: training stopped with exit status {rc}; see {log_path}")
-    return rc
+        print(f"{plan.cell}: training {state.describe()}: {state.detail}; see {log_path}")
+    if stopped_by:
+        return 128 + signal.Signals[stopped_by].value
+    return rc if rc > 0 else 128 - rc if rc < 0 else 1

@@ -3,13 +3,16 @@
 A cell shows
 
 * its score, from ``results/cells/<cell>.json`` (written by ``scripts/evaluate.sh``),
-  marked with a dagger when the run departed from the paper's setting (CPU,
-  another batch, overrides: listed under the table);
+  only when that evaluation was made from a finished training (``"training":
+  {"state": "trained"}``) or says that it was not (``--allow-unfinished``); marked
+  with a dagger when the run departed from the paper's setting (CPU, another batch,
+  overrides, an unfinished training: listed under the table);
 * "fails" when the training diverged -- read from the evaluation's JSON, or from
   the cell's ``train.log`` once a launch has ended (``training_log.divergence``,
   the rule the paper's "fails" is compared with);
-* "training" (no launch has ended yet), "trained, not evaluated", "not run", or
-  "scheme not implemented".
+* otherwise the training's state from the cell's folder (``status``): "not run",
+  "running or interrupted", "failed (exit N)" (its last log line under the table),
+  "trained, not evaluated" -- or "scheme not implemented".
 """
 
 import json
@@ -17,34 +20,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ..training_log import divergence, read_log
 from .cells import NOT_IMPLEMENTED, PAPER_DIR, ROOT, Cell, PaperTable, paper_tables
+from .status import FAILED, FAILS, NOT_RUN, TRAINED, training_state
 
-FAILS = "fails"
+MEASURED = "measured"
 
 
 @dataclass
 class Measured:
-    status: str  # "measured", FAILS, "training", "trained, not evaluated", "not run", NOT_IMPLEMENTED
+    status: str  # MEASURED, FAILS, a training state's description (status.TrainingState.describe), NOT_IMPLEMENTED
     scores: Dict[str, object] = field(default_factory=dict)
     deviations: List[str] = field(default_factory=list)
     detail: str = ""
+    failed: bool = False  # the training failed: the detail (its last log line) is listed under the table
 
 
 def measured(cell: Cell, results_dir: Path, work_dir: Optional[Path]) -> Measured:
     path = Path(results_dir) / f"{cell.name}.json"
     if path.is_file():
         record = json.loads(path.read_text(encoding="utf-8"))
-        deviations = record.get("training", {}).get("deviations", [])
-        return Measured(record["status"], record.get("scores", {}), deviations, record.get("divergence", ""))
-    cell_dir = Path(work_dir) / cell.name if work_dir else None
-    if cell_dir is not None and (cell_dir / "train.log").is_file():
-        ended = (cell_dir / "train.done").is_file() or (cell_dir / "launch.json").is_file()
-        if not ended:  # the first launch is still running (or was killed): too early to judge
-            return Measured("training")
-        reason = divergence(read_log(cell_dir / "train.log"))
-        return Measured(FAILS, detail=reason) if reason else Measured("trained, not evaluated")
-    return Measured("not run" if cell.implemented else NOT_IMPLEMENTED)
+        training = record.get("training", {})
+        if record["status"] == FAILS:
+            return Measured(FAILS, detail=record.get("divergence", ""))
+        if record["status"] == MEASURED and (training.get("state") == TRAINED or record.get("unfinished")):
+            return Measured(MEASURED, record.get("scores", {}), training.get("deviations", []))
+        # a score made before the state was checked (or from an unfinished run): the training decides
+    if not cell.implemented:
+        return Measured(NOT_IMPLEMENTED)
+    if not work_dir:
+        return Measured(NOT_RUN)
+    state = training_state(Path(work_dir) / cell.name)
+    return Measured(state.describe(), detail=state.detail, failed=state.name == FAILED)
 
 
 def _number(value) -> Optional[float]:
@@ -57,14 +63,14 @@ def render(table: PaperTable, results_dir: Path, work_dir: Optional[Path]) -> st
     for column in table.columns:
         header += [f"{column} measured", f"{column} paper", f"{column} diff"]
     lines = [f"## {table.title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    footnotes = {}
+    footnotes, failures = {}, {}
     for row in table.rows:
         cells = [row.method] + (["yes" if row.warmup else "no"] if with_warmup else [])
         for column in table.columns:
             cell, metric = table.cell_and_metric(row, column)
             result = measured(cell, results_dir, work_dir)
             paper = row.paper.get(column)
-            value = _number(result.scores.get(metric)) if result.status == "measured" else None
+            value = _number(result.scores.get(metric)) if result.status == MEASURED else None
             if value is not None:
                 shown = f"{value:.2f}"
                 if result.deviations:
@@ -72,6 +78,8 @@ def render(table: PaperTable, results_dir: Path, work_dir: Optional[Path]) -> st
                     shown += " †"
             else:
                 shown = result.status
+                if result.failed:
+                    failures[cell.name] = f"{result.status}: {result.detail}"
             if value is not None and _number(paper) is not None:
                 diff = f"{value - _number(paper):+.2f}"
             elif result.status == FAILS:
@@ -86,6 +94,9 @@ def render(table: PaperTable, results_dir: Path, work_dir: Optional[Path]) -> st
     if footnotes:
         lines += ["", "† not the paper's setting, not a reproduction:"]
         lines += [f"- `{name}`: {'; '.join(dev)}" for name, dev in sorted(footnotes.items())]
+    if failures:
+        lines += ["", "Failed trainings (exit status: the last line of the log):"]
+        lines += [f"- `{name}`: {text}" for name, text in sorted(failures.items())]
     return "\n".join(lines) + "\n"
 
 

@@ -1,0 +1,102 @@
+"""A cell's training state, read from the evidence in its folder -- never from what a command meant to do.
+
+The evidence, all in ``<work>/<cell>/`` (written by ``launch.train``):
+
+* ``train.log``: each launch appends ``### <time> launch: <command>``, then fairseq's output;
+* ``launch.json``: one record per launch, written when it starts (``"returncode": null``) and
+  completed when it ends, with fairseq's return code and, when the launcher was stopped by a
+  signal (preemption, ``scancel``, Ctrl-C), that signal's name.
+
+A last record still without a return code is a launch that is running, or that was killed
+together with its launcher (SIGKILL leaves no chance to complete it). The states, in this order:
+
+=========================  ====================================================================
+not run                    no launch has started (no ``train.log``)
+running or interrupted     the last launch has no record, or it ended by a signal; the same
+                           command resumes it from ``checkpoint_last.pt``
+fails                      the last launch ended by itself and the log shows divergence
+                           (``training_log``): the paper's "fails" (a curve cut off by a kill is
+                           not judged: "no progress" is no verdict on a run that was stopped)
+trained                    the last launch exited 0 after fairseq's "done training" -- fairseq
+                           stops at ``max_update``, at early stop (``patience``) or at ``max_epoch``;
+                           which one is named in the detail
+failed                     the last launch exited otherwise; the detail is its exit status and the
+                           last line of the log (usually the error)
+=========================  ====================================================================
+
+Only "trained" (and "fails", which the paper reports) may be evaluated; ``evaluate.sh
+--allow-unfinished`` scores the others as a recorded deviation.
+"""
+
+import json
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..training_log import divergence, read_log
+
+NOT_RUN = "not run"
+RUNNING = "running or interrupted"
+FAILS = "fails"
+TRAINED = "trained"
+FAILED = "failed"
+
+LAUNCH_MARK = "### "
+#: exit statuses of a process killed by SIGINT, SIGKILL or SIGTERM, as shells and srun report them
+_SIGNALLED = {128 + s for s in (signal.SIGINT, signal.SIGKILL, signal.SIGTERM)}
+_STOP_REASONS = (
+    ("Stopping training due to num_updates", "max_update reached"),
+    ("early stop since valid performance", "early stop (patience)"),
+    ("Stopping training due to cumulative_training_time", "stop_time_hours reached"),
+    ("stopping training because current learning rate", "stop_min_lr reached"),
+)
+
+
+@dataclass(frozen=True)
+class TrainingState:
+    name: str  # one of NOT_RUN, RUNNING, FAILS, TRAINED, FAILED
+    detail: str = ""
+    returncode: int = 0
+
+    def describe(self) -> str:
+        """The state as the tables and errors show it, e.g. ``failed (exit 1)``."""
+        if self.name == FAILED:
+            return f"failed (exit {self.returncode})"
+        if self.name == TRAINED:
+            return "trained, not evaluated"
+        return self.name
+
+
+def last_launch_text(log: Path) -> str:
+    """The part of ``train.log`` written by its last launch."""
+    text = log.read_text(encoding="utf-8", errors="replace")
+    start = text.rfind("\n" + LAUNCH_MARK)
+    return text[start + 1 :] if start >= 0 else text
+
+
+def training_state(cell_dir: Path) -> TrainingState:
+    log = Path(cell_dir) / "train.log"
+    if not log.is_file():
+        return TrainingState(NOT_RUN)
+    path = Path(cell_dir) / "launch.json"
+    records = json.loads(path.read_text()) if path.is_file() else []
+    if not records or records[-1].get("returncode") is None:
+        return TrainingState(RUNNING, "the last launch has not ended (or was killed with its launcher)")
+    last = records[-1]
+    rc = int(last["returncode"])
+    if last.get("signal") or rc < 0 or rc in _SIGNALLED:
+        stopped_by = last.get("signal") or (signal.Signals(-rc).name if rc < 0 else f"exit {rc}")
+        return TrainingState(RUNNING, f"the last launch was stopped by {stopped_by}", rc)
+    # judged on the curve of a training that ended by itself: a cut-off one has not stalled
+    reason = divergence(read_log(log))
+    if reason:
+        return TrainingState(FAILS, reason)
+    section = last_launch_text(log)
+    if rc == 0 and "done training" in section:
+        stop = next((why for mark, why in _STOP_REASONS if mark in section), "max_epoch reached")
+        return TrainingState(TRAINED, stop)
+    lines = [line.strip() for line in section.splitlines() if line.strip()]
+    last_line = lines[-1] if lines else "(empty log)"
+    if rc == 0:
+        last_line = f"fairseq did not log 'done training'; last line: {last_line}"
+    return TrainingState(FAILED, last_line, rc)
