@@ -25,7 +25,7 @@ def cells(line):
 
 
 @pytest.fixture(scope="module")
-def tiny_record(tmp_path_factory):
+def tiny_record(tmp_path_factory, one_torch_thread):  # measure.run sets 1 thread: restored after the module
     record = measure.run(
         [TINY],
         warmup=0,
