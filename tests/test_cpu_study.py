@@ -10,6 +10,9 @@ from fairseq import options
 from fairseq_residual_tools.analysis import probes, study
 from fairseq_residual_tools.training_log import training_seconds
 
+# probes.main sets torch's thread count (its --threads, 1): the fixture restores it after the module
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
 
 def cells(line):
     """The cells of a Markdown table row, without the padding."""
