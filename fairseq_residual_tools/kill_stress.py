@@ -188,8 +188,9 @@ class StressReport:
     resumes_checked: int = 0
     failed_resumes: list = field(default_factory=list)
     corrupt_files: list = field(default_factory=list)
-    temporary_files_left_by_kills: int = 0
-    temporary_files_removed_at_start: int = 0
+    kills_that_left_temporary_files: int = 0
+    starts_that_removed_temporary_files: int = 0
+    temporary_files_not_removed: list = field(default_factory=list)
     final_updates: Optional[int] = None
     reference_updates: Optional[int] = None
     parameters_identical: Optional[bool] = None
@@ -202,14 +203,15 @@ class StressReport:
         return (
             not self.failed_resumes
             and not self.corrupt_files
-            and self.temporary_files_removed_at_start == self.temporary_files_left_by_kills
+            and not self.temporary_files_not_removed
             and self.final_updates == self.reference_updates
             and bool(self.parameters_identical and self.optimizer_state_identical)
         )
 
 
 def _check_resume(report, log, expected_updates, temporary_files):
-    """A start that got as far as training must have loaded ``expected_updates`` (None: a fresh start)."""
+    """A start that got as far as training must have loaded ``expected_updates`` (None: a fresh start),
+    and first removed the ``temporary_files`` (a count) that earlier kills left."""
     loaded = re.search(r"Loaded checkpoint \S*checkpoint_last\.pt \(epoch \d+ @ (\d+) updates\)", log)
     started_training = "begin training" in log or "| epoch " in log
     if loaded is None and not started_training:
@@ -220,7 +222,10 @@ def _check_resume(report, log, expected_updates, temporary_files):
         report.failed_resumes.append(f"start {report.starts}: expected {expected_updates} updates, loaded {got}")
     if temporary_files:
         removed = re.search(r"removed (\d+) temporary file", log)
-        report.temporary_files_removed_at_start += int(removed.group(1)) if removed else 0
+        if removed and int(removed.group(1)) == temporary_files:
+            report.starts_that_removed_temporary_files += 1
+        else:
+            report.temporary_files_not_removed.append(f"start {report.starts}: {temporary_files} found")
 
 
 def run_stress(databin, work, kills=20, size="small", max_update=None, seed=1, anytime_share=0.25, max_delay=0.08):
@@ -280,8 +285,9 @@ def _run_stress(databin, work, kills, size, max_update, seed, anytime_share, max
             report.kills_inside_a_save += 1
         report.kills_at_random_moments += int(at_random)
         report.corrupt_files += [f"after kill {report.kills}: {bad}" for bad in unreadable_checkpoints(killed)]
-        report.temporary_files_left_by_kills += len(list(killed.glob("*.tmp")))
+        report.kills_that_left_temporary_files += int(any(killed.glob("*.tmp")))
 
+    report.temporary_files_not_removed += [f"after the final run: {p.name}" for p in killed.glob("*.tmp")]
     _compare(report, killed / "checkpoint_last.pt", reference / "checkpoint_last.pt")
     report.seconds = round(time.monotonic() - begin, 1)
     return report

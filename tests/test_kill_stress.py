@@ -16,7 +16,7 @@ def test_twenty_kills_leave_no_corrupt_checkpoint_and_the_final_run_is_bit_ident
     assert report.kills_inside_a_save >= 5, report  # the 0-80 ms after "Saving checkpoint to" land inside it
     assert report.corrupt_files == []
     assert report.resumes_checked >= 15 and report.failed_resumes == []
-    assert report.temporary_files_removed_at_start == report.temporary_files_left_by_kills
+    assert report.starts_that_removed_temporary_files >= 1 and report.temporary_files_not_removed == []
     assert report.final_updates == report.reference_updates == 50
     assert report.parameters_identical and report.max_abs_parameter_difference == 0.0
     assert report.optimizer_state_identical
