@@ -121,7 +121,6 @@ def run(
     from ..provenance import provenance
     from .timing import pool_layouts
 
-    torch.set_num_threads(threads)
     record = {
         "command": command,
         **provenance(),
@@ -136,32 +135,37 @@ def run(
         "reference": REFERENCE,
         "sizes": [],
     }
+    callers_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
     started = time.perf_counter()
-    for size in sizes:
-        size_started, load_before = time.perf_counter(), load_average()
-        results = []
-        for layout in range(layouts):
-            measure = dict(
-                warmup=warmup,
-                reps=reps,
-                gen_reps=gen_reps,
-                layout=layout,
-                memory=layout == 0,
-                fresh_process_memory=fresh_process_memory,
+    try:
+        for size in sizes:
+            size_started, load_before = time.perf_counter(), load_average()
+            results = []
+            for layout in range(layouts):
+                measure = dict(
+                    warmup=warmup,
+                    reps=reps,
+                    gen_reps=gen_reps,
+                    layout=layout,
+                    memory=layout == 0,
+                    fresh_process_memory=fresh_process_memory,
+                )
+                if fresh_process_per_size:
+                    log(f"[{size.name}] layout {layout + 1} of {layouts}, in a fresh process")
+                    results.append(in_fresh_process("measure_size", threads, malloc, size=size, **measure))
+                else:
+                    results.append(measure_size(size, log=log, **measure))
+            result = pool_layouts(results)
+            # the machine may be shared: each size records how busy it was around it
+            result.update(
+                seconds=time.perf_counter() - size_started,
+                load_average_before=load_before,
+                load_average_after=load_average(),
             )
-            if fresh_process_per_size:
-                log(f"[{size.name}] layout {layout + 1} of {layouts}, in a fresh process")
-                results.append(in_fresh_process("measure_size", threads, malloc, size=size, **measure))
-            else:
-                results.append(measure_size(size, log=log, **measure))
-        result = pool_layouts(results)
-        # the machine may be shared: each size records how busy it was around it
-        result.update(
-            seconds=time.perf_counter() - size_started,
-            load_average_before=load_before,
-            load_average_after=load_average(),
-        )
-        record["sizes"].append(result)
+            record["sizes"].append(result)
+    finally:
+        torch.set_num_threads(callers_threads)
     record["seconds"] = time.perf_counter() - started
     record["load_average_after"] = load_average()
     return record

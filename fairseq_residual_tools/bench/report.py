@@ -64,13 +64,9 @@ def _setting(record: Dict) -> str:
             f", in each of {layouts} layouts (a fresh process per layout, the variants built and run in rotated "
             f"order), {layouts * train} and {layouts * gen} rounds in all"
         )
-    malloc = {json.dumps(s["malloc_environment"], sort_keys=True) for s in record["sizes"]}
-    env = json.loads(malloc.pop()) if len(malloc) == 1 else None
-    if env is None:
-        allocator = "settings differ between sizes (see bench.json)"
-    else:
-        allocator = ", ".join(f"{k}={v}" for k, v in env.items()) or "glibc's default settings"
-        allocator += f" (`--malloc {record['malloc']}`)" if record.get("malloc") else ""
+    env = record["sizes"][0]["malloc_environment"]  # the same in every size's processes
+    allocator = ", ".join(f"{k}={v}" for k, v in env.items()) or "glibc's default settings"
+    allocator += f" (`--malloc {record['malloc']}`)" if record["malloc"] else ""
     return f"{text}; memory allocator: {allocator}"
 
 

@@ -34,21 +34,13 @@ def interleaved(jobs: Dict[str, Callable[[], object]], warmup: int, reps: int) -
             gc.collect()
             gc.disable()
             for name, job in jobs.items():
-                usage, wall = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+                before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
                 job()
-                wall, after = time.perf_counter() - wall, resource.getrusage(resource.RUSAGE_SELF)
-                for key, value in zip(
-                    TIMING_KEYS,
-                    (
-                        wall,
-                        after.ru_utime - usage.ru_utime,
-                        after.ru_stime - usage.ru_stime,
-                        after.ru_minflt - usage.ru_minflt,
-                    ),
-                ):
-                    times[name][key].append(value)
-            if gc_was_enabled:
-                gc.enable()
+                wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
+                times[name]["wall_s"].append(wall)
+                times[name]["user_s"].append(after.ru_utime - before.ru_utime)
+                times[name]["sys_s"].append(after.ru_stime - before.ru_stime)
+                times[name]["minor_faults"].append(after.ru_minflt - before.ru_minflt)
     finally:
         if gc_was_enabled:
             gc.enable()
