@@ -1,84 +1,163 @@
-"""Writing the demo's results: JSON, a markdown table and a validation-loss plot."""
+"""The demo's results: the table, sample translations, training curves and a reading.
+
+Everything here is written from the measured rows (one per scheme and depth); the reading
+states what happened at each depth, also when it is not what the paper reports.
+"""
 
 import json
 from pathlib import Path
+from typing import Dict, List
+
+from ..markdown import table
+from ..provenance import describe
+from ..training_log import RULE
+
+NAMES = {"post": "Post-LN", "pre": "Pre-LN", "residual": "ResiDual"}
 
 
-def read_valid_losses(log_file):
-    """[(num_updates, valid_loss), ...] from a fairseq ``--log-format json`` log file."""
-    points = []
-    for line in open(log_file, encoding="utf-8"):
-        brace = line.find("{")
-        if brace < 0 or '"valid_loss"' not in line:
-            continue
-        record = json.loads(line[brace:])
-        points.append((int(record["valid_num_updates"]), float(record["valid_loss"])))
-    # a resumed run logs again from the restored update: keep the last value per update
-    return sorted(dict(points).items())
+def name(scheme: str) -> str:
+    return NAMES.get(scheme, scheme)
 
 
-def collect_versions():
-    import fairseq
-    import sacrebleu
-    import torch
-
-    return {"fairseq": fairseq.__version__, "torch": torch.__version__, "sacrebleu": sacrebleu.__version__}
+def depth_label(layers: int) -> str:
+    return f"E{layers}D{layers}"
 
 
-def plot_valid_loss(rows, path):
-    import logging
+def describe_depth(d: Dict) -> str:
+    """``E12D12: width 64 (FFN 256, 4 heads), lr 0.002 ..., 300 updates of at most 1024 tokens``."""
+    if d.get("warmup_init_lr") == d["lr"]:
+        schedule = f"lr {d['lr']:g} from the first update (no warmup), inverse_sqrt decay after {d['warmup']} updates"
+    else:
+        schedule = f"lr {d['lr']:g} after {d['warmup']} warmup updates"
+    return (
+        f"{depth_label(d['layers'])}: width {d['dim']} (FFN {4 * d['dim']}, 4 heads), {schedule}, "
+        f"{d['max_update']} updates of at most {d['max_tokens']} tokens"
+    )
 
-    import matplotlib
 
-    logging.getLogger("matplotlib").setLevel(logging.WARNING)  # fairseq's logging is verbose
+def results_table(rows: List[Dict]) -> str:
+    """Scheme x depth: test BLEU, final validation loss, and the "fails" verdict with its reason."""
+    return table(
+        ["depth", "scheme", "test BLEU", "final valid loss", "fails rule"],
+        [
+            [
+                depth_label(r["layers"]),
+                name(r["scheme"]),
+                f"{r['bleu']:.1f}",
+                "n/a" if r["final_valid_loss"] is None else f"{r['final_valid_loss']:.2f}",
+                f"**fails**: {r['fails']}" if r["fails"] else "trained",
+            ]
+            for r in rows
+        ],
+    )
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for row in rows:
-        if row["valid_losses"]:
-            steps, losses = zip(*row["valid_losses"])
-            ax.plot(steps, losses, marker="o", label=row["scheme"])
-    ax.set_xlabel("updates")
-    ax.set_ylabel("validation loss (label-smoothed CE, base 2)")
-    ax.set_title("Embedded demo corpus, CPU")
-    ax.legend()
+def _list(items: List[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def reading(rows: List[Dict]) -> str:
+    """One sentence from the measured verdicts and BLEU scores, depth by depth."""
+    parts = []
+    depths = list(dict.fromkeys(r["layers"] for r in rows))
+    for layers in depths:
+        at = [r for r in rows if r["layers"] == layers]
+        trained = [r for r in at if not r["fails"]]
+        failed = [r for r in at if r["fails"]]
+        scores = _list([f"{name(r['scheme'])} {r['bleu']:.1f}" for r in trained])
+        if not failed:
+            parts.append(f"at {depth_label(layers)} every scheme trained (test BLEU {scores})")
+        elif not trained:
+            parts.append(f"at {depth_label(layers)} every scheme failed by the rule")
+        else:
+            parts.append(
+                f"at {depth_label(layers)} {_list([name(r['scheme']) for r in failed])} failed by the rule while "
+                f"{_list([name(r['scheme']) for r in trained])} trained (test BLEU {scores})"
+            )
+    deep = [r for r in rows if r["layers"] == max(depths)]
+    verdict = {r["scheme"]: bool(r["fails"]) for r in deep}
+    if "post" in verdict and "residual" in verdict and not (verdict["post"] and not verdict["residual"]):
+        parts[-1] += ", so this run does not show Post-LN failing where ResiDual trains"
+    return "Measured: " + "; ".join(parts) + "."
+
+
+def samples(rows: List[Dict], sources: List[str], references: List[str], count: int) -> str:
+    """The first ``count`` test sentences: source, reference and every model's output."""
+    blocks = []
+    for i in range(min(count, len(sources))):
+        lines = [f"{i + 1}. source: {sources[i]}", f"   - reference: {references[i]}"]
+        lines += [f"   - {name(r['scheme'])} {depth_label(r['layers'])}: {r['samples'][i]}" for r in rows]
+        blocks.append("\n".join(lines))
+    return "\n".join(blocks)
+
+
+def plot_curves(rows: List[Dict], path: Path):
+    """Training loss per update, one panel per depth, one line per scheme (failed runs marked)."""
+    from ..analysis.plotting import plt, scheme_colors
+
+    depths = list(dict.fromkeys(r["layers"] for r in rows))
+    colors = scheme_colors(list(dict.fromkeys(r["scheme"] for r in rows)))
+    fig, axes = plt.subplots(1, len(depths), figsize=(5 * len(depths), 3.8), squeeze=False)
+    for ax, layers in zip(axes[0], depths):
+        for r in rows:
+            if r["layers"] == layers and r["train_curve"]:
+                steps, losses = zip(*r["train_curve"])
+                label = name(r["scheme"]) + (" (fails)" if r["fails"] else "")
+                ax.plot(steps, losses, color=colors[r["scheme"]], label=label)
+        ax.set_title(depth_label(layers))
+        ax.set_xlabel("updates")
+        ax.set_ylabel("training loss (label-smoothed CE, base 2)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle("make demo: the embedded synthetic corpus on CPU")
     fig.tight_layout()
     fig.savefig(path, dpi=100)
     plt.close(fig)
 
 
-def write_report(rows, meta, out):
+def write_report(rows: List[Dict], meta: Dict, sources: List[str], references: List[str], out) -> str:
+    """results.json, curves.png and README.md in ``out``; returns the text printed on the console."""
     out = Path(out)
-    (out / "results.json").write_text(json.dumps({"rows": rows, **meta}, indent=2) + "\n")
-    lines = [
-        "| scheme | test BLEU (sacrebleu) | final valid loss | train wall time (s) |",
-        "|---|---|---|---|",
-    ]
-    for r in rows:
-        loss = "n/a" if r["final_valid_loss"] is None else f"{r['final_valid_loss']:.3f}"
-        lines.append(f"| {r['scheme']} | {r['bleu']:.2f} | {loss} | {r['train_seconds']:.0f} |")
-    table = "\n".join(lines)
+    out.mkdir(parents=True, exist_ok=True)
+    plot_curves(rows, out / "curves.png")
+    (out / "results.json").write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n")
     s = meta["settings"]
-    body = f"""# Demo: Post-LN vs Pre-LN vs ResiDual on the embedded synthetic corpus
+    c = s["corpus"]
+    budgets = "\n".join(f"  - {describe_depth(d)}" for d in s["depths"])
+    summary = f"""{results_table(rows)}
 
-Measured by `{meta["command"]}` (what `make demo` runs) on {meta["date"]}
-({meta["wall_seconds"]:.0f} s wall for this invocation; load average at its start
-{" / ".join(map(str, meta["load_average_at_start"]))}; the schemes trained {s.get("jobs", 1)} at a time, one thread
-each: train times include any time other jobs took).
-A small-scale CPU sanity run on a synthetic language pair, **not** a reproduction of any of
-the paper's tables.
+{reading(rows)}
 
-{table}
+"fails" is the project's rule (`fairseq_residual_tools/training_log.py`): {RULE}.
 
-- Model: E{s["layers"]}D{s["layers"]}, width {s["dim"]}, FFN {4 * s["dim"]}, 4 heads, shared embeddings;
-  Adam, lr {s["lr"]}, inverse_sqrt with {s["warmup"]} warmup updates, {s["max_update"]} updates of
-  {s["max_tokens"]} tokens, seed {s["seed"]}; {s["train_pairs"]} training pairs.
-- BLEU: sacrebleu on detokenised beam-5 output of `fairseq-generate` ({rows[0]["bleu_signature"]}).
-- Machine: {meta["machine"]}. Versions: {", ".join(f"{k} {v}" for k, v in meta["versions"].items())}.
-- Validation-loss curves: [valid_loss.png](valid_loss.png); every number: [results.json](results.json).
-- Exact training command of each row: `results.json` -> `rows[].train_command`.
+Sample test sentences (the first {s["samples"]}; every model's detokenised beam-{s["beam"]} output):
+
+{samples(rows, sources, references, s["samples"])}"""
+    body = f"""# make demo: Post-LN, Pre-LN and ResiDual on the embedded synthetic corpus
+
+Measured by `{meta["command"]}` (what `make demo` runs): {meta["wall_seconds"]:.0f} s wall for this
+invocation (load average at its start {" / ".join(map(str, meta["load_average_at_start"]))};
+{meta["jobs"]} trainings at a time, one torch thread each; {meta["reused"]} of {len(rows)} trainings reused
+from an earlier invocation). A small CPU run on a synthetic language pair, **not** a reproduction of the
+paper's tables.
+
+{summary}
+
+Training curves: [curves.png](curves.png). Every number, each run's curves and exact fairseq commands:
+[results.json](results.json).
+
+## Setting (configs/demo.yaml)
+
+- Corpus: the embedded synthetic pair (`fairseq_residual_tools/demo/corpus.py`, seed {s["seed"]}: SVO source,
+  SOV target with gender/number agreement; {c["nouns"]} nouns, {c["adjectives"]} adjectives, {c["verbs"]} verbs,
+  {c["adverbs"]} adverbs), {c["train"]} training / {c["valid"]} valid / {c["test"]} held-out test pairs,
+  Moses tokens, joint BPE ({c["bpe_merges"]} merges).
+- Models and budgets (the same for every scheme at a depth); dropout 0.1, shared embeddings, Adam (0.9, 0.98),
+  inverse_sqrt (warmup from 1e-7 unless said otherwise), label-smoothed CE 0.1, fp32, seed {s["seed"]}:
+{budgets}
+- BLEU: sacrebleu on the Moses-detokenised beam-{s["beam"]} output of `fairseq-generate` (max length
+  1.2 x source + 10), against the raw references ({next((r["bleu_signature"] for r in rows), "")}).
+- {describe(meta["provenance"])}
 """
-    (out / "README.md").write_text(body)
-    return table
+    (out / "README.md").write_text(body, encoding="utf-8")
+    return summary
