@@ -80,6 +80,7 @@ def test_markdown_table_has_one_row_per_variant_and_the_targets(tiny_record):
     assert "pytest" in text and torch.__version__ in text
 
 
+@pytest.mark.slow  # a fresh measuring process
 def test_memory_probe_in_a_fresh_process_matches_the_in_process_probe():
     variant = next(v for v in variants() if v.name == "residual")
     fresh = isolation.in_fresh_process("memory_probe", threads=1, size=TINY, variant=variant)
@@ -90,6 +91,7 @@ def test_memory_probe_in_a_fresh_process_matches_the_in_process_probe():
     assert fresh["peak_mb"] == pytest.approx(here["peak_mb"], rel=0.02)
 
 
+@pytest.mark.slow  # a fresh measuring process
 def test_a_size_measured_in_a_fresh_process_reports_what_the_in_process_run_reports(tiny_record):
     record, _ = tiny_record
     fresh = isolation.in_fresh_process(
@@ -146,6 +148,7 @@ def test_pooled_layouts_put_the_rounds_side_by_side_and_take_ratios_over_all_of_
     assert pooled["memory"] == {"m": 1} and len(pooled["layouts"]) == 2
 
 
+@pytest.mark.slow  # a fresh measuring process
 def test_a_failing_size_process_is_reported_as_that_size():
     broken = dataclasses.replace(TINY, arch="no_such_arch")
     with pytest.raises(RuntimeError, match="measure_size of tiny failed"):
