@@ -14,12 +14,10 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-import fairseq_residual  # noqa: E402
-from fairseq_residual_tools.bench.isolation import in_fresh_process  # noqa: E402
-from fairseq_residual_tools.bench.variants import SIZES, Variant  # noqa: E402
-from fairseq_residual_tools.provenance import provenance  # noqa: E402
+import fairseq_residual  # noqa: F401  (registers the model)
+from fairseq_residual_tools.bench.isolation import in_fresh_process
+from fairseq_residual_tools.bench.variants import SIZES, Variant
+from fairseq_residual_tools.provenance import provenance
 
 SCHEMES = ("pre", "dlcl")
 MEASURES = ("peak_mb", "rss_rise_mb", "saved_mb")
