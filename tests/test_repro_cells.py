@@ -49,7 +49,7 @@ def test_a_scheme_not_registered_is_marked_not_implemented(tmp_path, monkeypatch
     from fairseq_residual_tools.repro.tables import make_tables
 
     text = make_tables(tmp_path / "results", tmp_path / "work", tmp_path / "tables.md")
-    assert re.search(r"^\| Admin \| " + re.escape(NOT_IMPLEMENTED) + r" \| 35\.50 \|", text, re.M)
+    assert re.search(r"^\| +Admin +\| " + re.escape(NOT_IMPLEMENTED) + r" +\| 35\.50 +\|", text, re.M)
 
 
 def resolved(cfg):

@@ -185,23 +185,23 @@ def test_a_diverged_training_is_reported_as_fails(chain):
     table = chain["tables"]
     # the IWSLT-14 table: Post-LN E12D12 fails here as in the paper
     assert re.search(
-        r"^\| Post-LN \| [0-9.]+ † \| 35\.37 \| [+-][0-9.]+ \| fails \| fails \| both fail \|$", table, re.M
+        r"^\| +Post-LN +\| [0-9.]+ † +\| 35\.37 +\| [+-][0-9.]+ +\| fails +\| fails +\| both fail +\|$", table, re.M
     )
     # the ablation: Pre-LN without warmup, E12D12, detected from the log alone
     assert re.search(
-        r"^\| Pre-LN \| no \| not run \| 32\.28 \|  \| fails \| 31\.82 \| fails here only \|$", table, re.M
+        r"^\| +Pre-LN +\| no +\| not run +\| 32\.28 +\|  +\| fails +\| 31\.82 +\| fails here only +\|$", table, re.M
     )
     # ... but not while the first launch is still running
     assert re.search(
-        r"^\| ResiDual \| no \| not run \| 35\.76 \|  \| running or interrupted \| 35\.57 \|  \|$", table, re.M
+        r"^\| +ResiDual +\| no +\| not run +\| 35\.76 +\|  +\| running or interrupted +\| 35\.57 +\|  +\|$", table, re.M
     )
 
 
 def test_a_failed_or_unfinished_training_never_shows_a_score(chain):
     table = chain["tables"]
     # the issue: a launch that exited 1 was "trained, not evaluated"; a stale score of a killed run was shown
-    assert re.search(r"^\| DeepNet \| failed \(exit 1\) \| 35\.34 \|  \|", table, re.M)
-    assert re.search(r"^\| Admin \| running or interrupted \| 35\.50 \|  \|", table, re.M)
+    assert re.search(r"^\| +DeepNet +\| failed \(exit 1\) +\| 35\.34 +\|  +\|", table, re.M)
+    assert re.search(r"^\| +Admin +\| running or interrupted +\| 35\.50 +\|  +\|", table, re.M)
     assert "33.00" not in table
     assert "- `iwslt14/deepnet/e6d6`: failed (exit 1): FileNotFoundError: [Errno 2] No such file" in table
 
@@ -220,7 +220,7 @@ def test_evaluating_an_unfinished_training_stops_unless_allowed_and_marked(chain
     assert record["status"] == "measured" and record["training"]["state"] == "running or interrupted"
     assert record["unfinished"].startswith("evaluated unfinished training: running or interrupted")
     # the score is shown, marked, with the reason under the table
-    row = re.search(r"^\| Pre-LN \| ([0-9.]+) † \| 35\.12 \|", chain["tables"], re.M)
+    row = re.search(r"^\| +Pre-LN +\| ([0-9.]+) † +\| 35\.12 +\|", chain["tables"], re.M)
     assert row and float(row[1]) == record["scores"]["bleu"]
     assert re.search(
         r"^- `iwslt14/pre/e6d6`: .*; evaluated unfinished training: running or interrupted", chain["tables"], re.M
@@ -237,9 +237,11 @@ def test_evaluate_dry_run_names_the_checkpoints_and_writes_nothing(chain):
 def test_the_tables_put_measured_beside_the_paper_and_mark_non_paper_runs(chain):
     table = chain["tables"]
     bleu = json.loads((chain["results"] / "iwslt14/residual/e6d6.json").read_text())["scores"]["bleu"]
-    row = re.search(r"^\| ResiDual \| ([0-9.]+) † \| 35\.63 \| ([+-][0-9.]+) \| not run \| 36\.09 \|  \|$", table, re.M)
+    row = re.search(
+        r"^\| +ResiDual +\| ([0-9.]+) † +\| 35\.63 +\| ([+-][0-9.]+) +\| not run +\| 36\.09 +\|  +\|$", table, re.M
+    )
     assert row and float(row[1]) == bleu and float(row[2]) == pytest.approx(bleu - 35.63, abs=0.006)
-    assert re.search(r"^\| DeepNet \(100 layers\) \| (not run|scheme not implemented) \| 29\.0 \|", table, re.M)
+    assert re.search(r"^\| +DeepNet \(100 layers\) +\| (not run|scheme not implemented) +\| 29\.0 +\|", table, re.M)
     assert "† not the paper's setting, not a reproduction:" in table
     assert re.search(r"^- `iwslt14/residual/e6d6`: overrides: .*model.encoder_layers=2.*; trained on CPU$", table, re.M)
     assert str(ROOT) not in table  # no machine paths in the published tables

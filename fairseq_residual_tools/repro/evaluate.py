@@ -18,43 +18,21 @@
 
 import json
 import shlex
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Dict, List
 
 from ..errors import DataError, UserError
+from ..provenance import provenance
+from ..runner import PLUGIN_DIR, fairseq_command, run_logged
 from . import scoring
 from .averaging import average_checkpoints, last_checkpoints
-from .cells import ROOT, Cell, parse_cell
-from .launch import PLUGIN_DIR
+from .cells import Cell, parse_cell
 from .status import FAILS, NOT_RUN, TRAINED, training_state
 
 
 def result_path(results_dir, cell: Cell) -> Path:
     return Path(results_dir) / f"{cell.name}.json"
-
-
-def git_commit() -> str:
-    def git(*args):
-        return subprocess.run(["git", "-C", str(ROOT), *args], capture_output=True, text=True).stdout.strip()
-
-    commit = git("rev-parse", "HEAD") or "unknown"
-    return commit + ("+uncommitted changes" if git("status", "--porcelain", "--untracked-files=no") else "")
-
-
-def versions() -> Dict[str, str]:
-    import fairseq
-    import sacrebleu
-    import torch
-
-    return {
-        "python": sys.version.split()[0],
-        "fairseq": fairseq.__version__,
-        "torch": torch.__version__,
-        "sacrebleu": sacrebleu.__version__,
-    }
 
 
 def training_record(cell_dir: Path) -> dict:
@@ -78,43 +56,20 @@ def training_record(cell_dir: Path) -> dict:
 
 
 def generate(data, checkpoint, subset, evaluation, cpu, task_args, remove_bpe, out_file) -> scoring.Generation:
-    command = [
-        sys.executable,
-        "-m",
-        "fairseq_cli.generate",
-        str(data),
-        "--user-dir",
-        str(PLUGIN_DIR),
-        "--path",
-        str(checkpoint),
-        "--gen-subset",
-        subset,
-        "--beam",
-        str(evaluation.beam),
-        "--lenpen",
-        str(evaluation.lenpen),
-        "--max-len-a",
-        str(evaluation.max_len_a),
-        "--max-len-b",
-        str(evaluation.max_len_b),
-        "--max-tokens",
-        "4000" if cpu else "12000",
-        "--remove-bpe",
-        remove_bpe,
+    command = fairseq_command(
+        "generate",
+        data,
+        *("--user-dir", PLUGIN_DIR, "--path", checkpoint, "--gen-subset", subset),
+        *("--beam", evaluation.beam, "--lenpen", evaluation.lenpen),
+        *("--max-len-a", evaluation.max_len_a, "--max-len-b", evaluation.max_len_b),
+        *("--max-tokens", "4000" if cpu else "12000", "--remove-bpe", remove_bpe),
         *task_args,
         *(["--cpu"] if cpu else []),
-    ]
-    proc = subprocess.run(command, capture_output=True, text=True)
+    )
     out_file = Path(out_file)
-    out_file.write_text(proc.stdout, encoding="utf-8")
-    out_file.with_suffix(".log").write_text(proc.stderr, encoding="utf-8")
-    if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or [""])[-1]
-        raise DataError(
-            f"fairseq-generate failed on {subset} (exit {proc.returncode}): {last} "
-            f"(full output: {out_file.with_suffix('.log')})"
-        )
-    gen = scoring.parse_generate(proc.stdout)
+    out_file.unlink(missing_ok=True)  # the file holds this decoding only
+    run_logged(command, out_file, label=f"fairseq-generate on {subset}")
+    gen = scoring.parse_generate(out_file.read_text(encoding="utf-8"))
     gen.command = shlex.join(command)
     return gen
 
@@ -140,9 +95,7 @@ def evaluate(args) -> dict:
         "decoder_layers": cell.decoder_layers,
         "warmup": cell.warmup,
         "training": training_record(cell_dir),
-        "versions": versions(),
-        "git_commit": git_commit(),
-        "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+        **provenance(),  # date, versions, git state, machine
     }
     state = training_state(cell_dir)
     record["training"].update(state=state.name, state_detail=state.detail)

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from ..markdown import table as markdown_table
 from .cells import NOT_IMPLEMENTED, PAPER_DIR, ROOT, Cell, PaperTable, paper_tables
 from .status import FAILED, FAILS, NOT_RUN, TRAINED, training_state
 
@@ -62,8 +63,7 @@ def render(table: PaperTable, results_dir: Path, work_dir: Optional[Path]) -> st
     header = ["method"] + (["warmup"] if with_warmup else [])
     for column in table.columns:
         header += [f"{column} measured", f"{column} paper", f"{column} diff"]
-    lines = [f"## {table.title}", "", "| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    footnotes, failures = {}, {}
+    rows, footnotes, failures = [], {}, {}
     for row in table.rows:
         cells = [row.method] + (["yes" if row.warmup else "no"] if with_warmup else [])
         for column in table.columns:
@@ -89,8 +89,8 @@ def render(table: PaperTable, results_dir: Path, work_dir: Optional[Path]) -> st
             else:
                 diff = ""
             cells += [shown, "fails" if paper == FAILS else f"{paper:.{table.decimals}f}", diff]
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", f"Paper figures: {table.source}. {table.note}"]
+        rows.append(cells)
+    lines = [f"## {table.title}", "", markdown_table(header, rows), "", f"Paper figures: {table.source}. {table.note}"]
     if footnotes:
         lines += ["", "† not the paper's setting, not a reproduction:"]
         lines += [f"- `{name}`: {'; '.join(dev)}" for name, dev in sorted(footnotes.items())]
