@@ -21,7 +21,6 @@ an interrupted one resumes from its ``checkpoint_last.pt`` (fairseq's own restor
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import time
@@ -30,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Sequence
 
-from ..commands import generate_command, read_hypotheses, train_command
+from ..commands import LENGTH_LIMIT, generate_command, one_thread_env, read_hypotheses, train_command
 from ..demo.prepare import TGT, prepare_demo_data
 from ..markdown import table
 from ..provenance import describe, describe_git, git_state, provenance
@@ -40,9 +39,6 @@ from ..training_log import divergence, log_span, read_log, training_seconds
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIED_SCHEMES = ("post", "pre", "residual")
-#: the paper's validation decoding limits (max length 1.2 * source + 10); they
-#: also keep a diverged model from spending minutes on 200-token outputs
-GENERATE_LIMITS = ["--max-len-a", "1.2", "--max-len-b", "10"]
 
 
 @dataclass(frozen=True)
@@ -97,17 +93,14 @@ def run_to_file(cmd: List[str], out_file: Path, label: str) -> None:
                 f"    [{label}] update {record.get('valid_num_updates')}: valid loss {record['valid_loss']}", flush=True
             )
 
-    # one intra-op thread: on a shared 2-core machine torch's default of one thread per core
-    # spin-waits against other jobs (an E12D12 update measured 13x slower with 2 threads)
-    env = {"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
-    run_logged(cmd, out_file, env=env, label=label, on_line=progress)
+    run_logged(cmd, out_file, env=one_thread_env(), label=label, on_line=progress)
 
 
 def score_test_set(databin, save_dir: Path, refs: List[str]):
     """(BLEU, sacrebleu signature) of the final checkpoint on the test set; None if decoding failed."""
     from sacrebleu.metrics import BLEU
 
-    cmd = generate_command(databin, save_dir, *GENERATE_LIMITS)
+    cmd = generate_command(databin, save_dir, *LENGTH_LIMIT)
     try:
         run_to_file(cmd, save_dir / "generate.out", f"{save_dir.name}: fairseq-generate")
     except RunError:

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict
 
-from ..commands import generate_command, read_hypotheses, train_command
+from ..commands import LENGTH_LIMIT, generate_command, one_thread_env, read_hypotheses, train_command
 from ..provenance import provenance
 from ..runner import RunError, run_logged
 from ..training_log import divergence, read_log, training_seconds
@@ -37,8 +37,6 @@ from .report import depth_label, write_report
 from .settings import DEFAULT_CONFIG, data_key, load_settings, run_name
 
 ROOT = Path(__file__).resolve().parents[2]
-#: the paper's validation decoding limit (1.2 x source + 10); it also keeps a failed model short
-LENGTH_LIMIT = ["--max-len-a", "1.2", "--max-len-b", "10"]
 
 
 def train_and_score(scheme: str, depth: Dict, settings: Dict, data, references, runs_dir: Path) -> Dict:
@@ -61,7 +59,7 @@ def train_and_score(scheme: str, depth: Dict, settings: Dict, data, references, 
         **depth,
     )
     # one torch thread per training (see the module docstring)
-    env = {"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+    env = one_thread_env()
     progress = TrainingProgress(label, depth["max_update"], every=max(1, depth["max_update"] // 10))
     try:
         run_logged(cmd, save_dir / "train.out", env=env, label=f"{label}: fairseq-train", on_line=progress)
