@@ -89,3 +89,9 @@ def test_a_reduced_demo_translates_reports_every_scheme_and_depth_and_reuses_its
         second[second.index("| depth") :].split("\nwritten to")[0]
         == first[first.index("| depth") :].split("\nwritten to")[0]
     )
+
+
+def test_a_setting_without_warmup_is_named_so():
+    depth = dict(layers=12, lr=0.002, warmup_init_lr=0.002)
+    rows = [dict(row("post", 12, 0.1, "stuck on a plateau"), depth=depth), dict(row("residual", 12, 9.0), depth=depth)]
+    assert reading(rows).startswith("Measured: at E12D12 without warmup Post-LN failed by the rule while ResiDual")

@@ -6,7 +6,7 @@ states what happened at each depth, also when it is not what the paper reports.
 
 import json
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 from ..markdown import table
 from ..provenance import describe
@@ -19,8 +19,10 @@ def name(scheme: str) -> str:
     return NAMES.get(scheme, scheme)
 
 
-def depth_label(layers: int) -> str:
-    return f"E{layers}D{layers}"
+def depth_label(layers: int, depth: Optional[Dict] = None) -> str:
+    """``E12D12``, and ``E12D12 without warmup`` for a setting that starts at its peak lr."""
+    no_warmup = depth is not None and depth.get("warmup_init_lr") == depth["lr"]
+    return f"E{layers}D{layers}" + (" without warmup" if no_warmup else "")
 
 
 def describe_depth(d: Dict) -> str:
@@ -41,7 +43,7 @@ def results_table(rows: List[Dict]) -> str:
         ["depth", "scheme", "test BLEU", "final valid loss", "fails rule"],
         [
             [
-                depth_label(r["layers"]),
+                depth_label(r["layers"], r.get("depth")),
                 name(r["scheme"]),
                 f"{r['bleu']:.1f}",
                 "n/a" if r["final_valid_loss"] is None else f"{r['final_valid_loss']:.2f}",
@@ -62,16 +64,17 @@ def reading(rows: List[Dict]) -> str:
     depths = list(dict.fromkeys(r["layers"] for r in rows))
     for layers in depths:
         at = [r for r in rows if r["layers"] == layers]
+        label = depth_label(layers, at[0].get("depth"))
         trained = [r for r in at if not r["fails"]]
         failed = [r for r in at if r["fails"]]
         scores = _list([f"{name(r['scheme'])} {r['bleu']:.1f}" for r in trained])
         if not failed:
-            parts.append(f"at {depth_label(layers)} every scheme trained (test BLEU {scores})")
+            parts.append(f"at {label} every scheme trained (test BLEU {scores})")
         elif not trained:
-            parts.append(f"at {depth_label(layers)} every scheme failed by the rule")
+            parts.append(f"at {label} every scheme failed by the rule")
         else:
             parts.append(
-                f"at {depth_label(layers)} {_list([name(r['scheme']) for r in failed])} failed by the rule while "
+                f"at {label} {_list([name(r['scheme']) for r in failed])} failed by the rule while "
                 f"{_list([name(r['scheme']) for r in trained])} trained (test BLEU {scores})"
             )
     deep = [r for r in rows if r["layers"] == max(depths)]
@@ -86,7 +89,9 @@ def samples(rows: List[Dict], sources: List[str], references: List[str], count: 
     blocks = []
     for i in range(min(count, len(sources))):
         lines = [f"{i + 1}. source: {sources[i]}", f"   - reference: {references[i]}"]
-        lines += [f"   - {name(r['scheme'])} {depth_label(r['layers'])}: {r['samples'][i]}" for r in rows]
+        lines += [
+            f"   - {name(r['scheme'])} {depth_label(r['layers'], r.get('depth'))}: {r['samples'][i]}" for r in rows
+        ]
         blocks.append("\n".join(lines))
     return "\n".join(blocks)
 
@@ -104,7 +109,7 @@ def plot_curves(rows: List[Dict], path: Path):
                 steps, losses = zip(*r["train_curve"])
                 label = name(r["scheme"]) + (" (fails)" if r["fails"] else "")
                 ax.plot(steps, losses, color=colors[r["scheme"]], label=label)
-        ax.set_title(depth_label(layers))
+        ax.set_title(depth_label(layers, next(r.get("depth") for r in rows if r["layers"] == layers)))
         ax.set_xlabel("updates")
         ax.set_ylabel("training loss (label-smoothed CE, base 2)")
         ax.grid(alpha=0.3)
