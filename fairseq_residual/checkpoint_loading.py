@@ -30,7 +30,7 @@ except ImportError:  # numpy 1.x
 #:   function): the validation-BLEU statistics that ``--eval-bleu`` keeps in
 #:   ``extra_state.metrics`` (int64 counts; float dtypes for other metrics).
 #:
-#: tests/test_checkpoint_loading.py re-surveys freshly written checkpoints.
+#: tests/plugin/test_checkpoint_loading.py re-surveys freshly written checkpoints.
 _NUMPY_DTYPE_CLASSES = sorted(
     {type(numpy.dtype(t)) for t in (numpy.int64, numpy.int32, numpy.float64, numpy.float32)} - {numpy.dtype},
     key=str,

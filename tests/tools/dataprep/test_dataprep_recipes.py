@@ -15,10 +15,11 @@ from types import SimpleNamespace
 
 import pytest
 from fixtures_dataprep import build_iwslt, build_opus, build_wmt, pair, write_checksums, write_parallel
+from helpers import ROOT
 
 pytestmark = pytest.mark.slow  # the recipes run as scripts (fairseq-preprocess inside)
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = ROOT
 NUMBER = re.compile(r"\b\d+\b")
 
 
