@@ -38,9 +38,9 @@ NOT_IMPLEMENTED = "scheme not implemented"
 class Evaluation:
     """How a dataset's test sets are decoded and scored (the paper's protocol)."""
 
-    average_last: int  # checkpoints averaged
     checkpoints: str  # "epoch": checkpoint<epoch>.pt; "update": checkpoint_<epoch>_<update>.pt
     scoring: str  # the description written next to every score
+    average_last: int = 5  # checkpoints averaged
     beam: int = 5
     lenpen: float = 1.0
     max_len_a: float = 1.2  # the authors' validation-BLEU settings
@@ -49,14 +49,14 @@ class Evaluation:
 
 @dataclass(frozen=True)
 class Dataset:
-    name: str
-    config_name: str  # configs/<config_name>.yaml
+    name: str  # also its config, configs/<name>.yaml
     data: str  # default data-bin (relative to the repository root), from data-prep/
     evaluation: Evaluation
-    prepare: str = ""  # the data-prep script that makes it
-    #: GPUs assumed behind the authors' config: their effective batch is
-    #: reference_gpus x max_tokens x update_freq of the YAML (the GPU count is not published)
-    reference_gpus: int = 1
+
+    @property
+    def prepare(self) -> str:
+        """The data-prep script that makes ``data``."""
+        return f"data-prep/prepare-{self.name}.sh"
 
 
 DATASETS: Dict[str, Dataset] = {
@@ -64,43 +64,34 @@ DATASETS: Dict[str, Dataset] = {
     for d in (
         Dataset(
             "iwslt14",
-            "iwslt14",
             "data-bin/iwslt14.de-en/bin",
             Evaluation(
-                average_last=5,
                 checkpoints="epoch",
                 scoring="BLEU of fairseq-generate (--remove-bpe): tokenised, lowercased text "
                 "(the data is lowercased by data-prep), BPE removed -- the paper's IWSLT-14 figure; "
                 "sacrebleu: Moses-detokenised hypotheses against Moses-detokenised references",
             ),
-            prepare="data-prep/prepare-iwslt14.sh",
         ),
         Dataset(
             "wmt14",
-            "wmt14",
             "data-bin/wmt14.en-de/bin",
             Evaluation(
-                average_last=5,
                 checkpoints="update",
                 scoring="tokenised BLEU with compound splitting (fairseq's compound_split_bleu: "
                 "a-b -> a ##AT##-##AT## b in hypothesis and reference) per test set, and its "
                 "average over newstest2010-2016 -- the paper's WMT figure; sacrebleu: "
                 "Moses-detokenised hypotheses against Moses-detokenised references",
             ),
-            prepare="data-prep/prepare-wmt14.sh",
         ),
         Dataset(
             "opus100",
-            "opus100",
             "data-bin/opus100/bin",
             Evaluation(
-                average_last=5,
                 checkpoints="update",
                 scoring="sacrebleu per direction on SentencePiece-decoded text (tokenize 13a; "
                 "zh for Chinese targets); EX = mean over English->X, XE = mean over X->English, "
                 "ALL = mean over all directions -- the paper's OPUS-100 figures",
             ),
-            prepare="data-prep/prepare-opus100.sh",
         ),
     )
 }
@@ -189,19 +180,13 @@ class PaperTable:
         return cell, metric
 
     def cells(self) -> List[Cell]:
-        out = []
-        for row in self.rows:
-            for column in self.columns:
-                cell, _ = self.cell_and_metric(row, column)
-                if cell not in out:
-                    out.append(cell)
-        return out
+        """Every cell of the table, in row order, each once."""
+        return list(dict.fromkeys(self.cell_and_metric(row, column)[0] for row in self.rows for column in self.columns))
 
 
 def load_paper_table(path) -> PaperTable:
     data = json.loads(Path(path).read_text(encoding="utf-8"))
-    rows = [TableRow(**row) for row in data.pop("rows")]
-    return PaperTable(rows=rows, **data)
+    return PaperTable(rows=[TableRow(**row) for row in data.pop("rows")], **data)
 
 
 #: the tables in the order the paper presents them
@@ -218,7 +203,5 @@ def paper_cells(table: Optional[str] = None, paper_dir=PAPER_DIR) -> List[Cell]:
     tables = paper_tables(paper_dir)
     if table not in (None, "all") and table not in tables:
         raise ConfigError(f"unknown table {table!r}; choose one of: {', '.join(tables)}, all")
-    out = []
-    for t in tables.values() if table in (None, "all") else [tables[table]]:
-        out += [c for c in t.cells() if c not in out]
-    return out
+    chosen = tables.values() if table in (None, "all") else [tables[table]]
+    return list(dict.fromkeys(cell for t in chosen for cell in t.cells()))

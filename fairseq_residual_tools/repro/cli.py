@@ -9,7 +9,6 @@ python -m fairseq_residual_tools.repro tables
 import argparse
 import logging
 import shlex
-import sys
 from pathlib import Path
 
 from ..errors import UserError
@@ -19,105 +18,70 @@ from .status import FAILS, TRAINED, training_state
 from .tables import DEFAULT_OUT, DEFAULT_RESULTS, DEFAULT_WORK, make_tables
 
 
-def _add_launch_options(p):
-    p.add_argument(
-        "--gpus", type=int, help="GPUs (or, with --cpu, processes) per node (default: the visible GPUs; 1 with --cpu)"
-    )
-    p.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
-    p.add_argument(
+def build_parser():
+    # the options several subcommands share, as parent parsers
+    cell = argparse.ArgumentParser(add_help=False)
+    cell.add_argument("--cell", required=True, help="e.g. iwslt14/residual/e6d6 (list: reproduce --list)")
+    paths = argparse.ArgumentParser(add_help=False)
+    paths.add_argument("--data", help="data-bin folder (default: the one data-prep/ writes for the cell's dataset)")
+    paths.add_argument("--work", default=str(DEFAULT_WORK), help="checkpoint root: WORK/<cell> (default checkpoints/)")
+    paths.add_argument("--results", default=str(DEFAULT_RESULTS), help="per-cell JSON root (default results/cells/)")
+    launch = argparse.ArgumentParser(add_help=False)
+    launch.add_argument("--gpus", type=int, help="GPUs (--cpu: processes) per node (default: all visible; --cpu: 1)")
+    launch.add_argument("--nodes", type=int, default=1, help="nodes (default 1)")
+    launch.add_argument(
         "--launcher",
         default="auto",
         choices=["auto", "single", "torchrun", "srun"],
         help="auto: srun for several nodes inside SLURM, torchrun for several processes, else one process",
     )
-    p.add_argument("--node-rank", type=int, help="torchrun over several nodes without SLURM: this node's rank")
-    p.add_argument(
-        "--master-addr", help="torchrun over several nodes: the host of node 0 (srun: default the first node)"
-    )
-    p.add_argument("--master-port", type=int, default=29500, help="rendezvous port (default 29500)")
-    p.add_argument("--cpu", action="store_true", help="train on CPU processes (gloo backend): tests and tiny runs only")
-    p.add_argument(
-        "--max-tokens",
-        type=int,
-        help="tokens per GPU and step (default: the config's, halved until the paper's batch fits)",
-    )
-    p.add_argument("--update-freq", type=int, help="with --max-tokens: choose another effective batch than the paper's")
-    p.add_argument(
-        "--reference-gpus",
-        type=int,
-        help="GPUs assumed behind the authors' config when keeping their effective batch (default 1)",
-    )
-    p.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    launch.add_argument("--node-rank", type=int, help="torchrun over several nodes without SLURM: this node's rank")
+    launch.add_argument("--master-addr", help="torchrun over several nodes: node 0's host (srun: the first node's)")
+    launch.add_argument("--master-port", type=int, default=29500, help="rendezvous port (default 29500)")
+    launch.add_argument("--cpu", action="store_true", help="train on CPU processes (gloo), for tests and tiny runs")
+    launch.add_argument("--max-tokens", type=int, help="tokens per GPU and step (default: the paper's batch)")
+    launch.add_argument("--update-freq", type=int, help="with --max-tokens: another effective batch than the paper's")
+    launch.add_argument("--reference-gpus", type=int, help="GPUs assumed behind the authors' batch (default 1)")
+    launch.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
+    average = argparse.ArgumentParser(add_help=False)
+    average.add_argument("--average", type=int, help="checkpoints to average (default: the dataset's, 5)")
 
-
-def _add_common(p):
-    p.add_argument("--data", help="data-bin folder (default: the one data-prep/ writes for the cell's dataset)")
-    p.add_argument(
-        "--work",
-        default=str(DEFAULT_WORK),
-        help="checkpoint root: a cell's files go to WORK/<cell> (default checkpoints/)",
-    )
-    p.add_argument("--results", default=str(DEFAULT_RESULTS), help="per-cell JSON root (default results/cells/)")
-
-
-def _add_eval_options(p):
-    p.add_argument("--average", type=int, help="checkpoints to average (default: the dataset's, 5)")
-
-
-def build_parser():
     parser = argparse.ArgumentParser(prog="python -m fairseq_residual_tools.repro", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-
-    p = sub.add_parser("train", help="train one cell (resumes from its checkpoint_last.pt)")
-    p.add_argument("--cell", required=True, help="e.g. iwslt14/residual/e6d6 (list: reproduce --list)")
-    _add_common(p)
-    _add_launch_options(p)
+    p = sub.add_parser("train", parents=[cell, paths, launch], help="train one cell (resumes from checkpoint_last.pt)")
     p.add_argument("overrides", nargs="*", help="after --: extra hydra overrides (the tables mark such runs)")
+    p.set_defaults(run=cmd_train)
 
-    p = sub.add_parser("evaluate", help="average, decode and score one trained cell into results/cells/<cell>.json")
-    p.add_argument("--cell", required=True)
-    _add_common(p)
-    _add_eval_options(p)
+    p = sub.add_parser("evaluate", parents=[cell, paths, average], help="average, decode and score a trained cell")
     p.add_argument("--cpu", action="store_true", help="decode on CPU")
-    p.add_argument(
-        "--dry-run", action="store_true", help="say what would be averaged, decoded and written; run nothing"
-    )
-    p.add_argument(
-        "--allow-unfinished",
-        action="store_true",
-        help="score a training that has not finished (running, interrupted, failed): the result records it "
-        "and the tables mark the score",
-    )
+    p.add_argument("--dry-run", action="store_true", help="say what would be averaged, decoded and written")
+    p.add_argument("--allow-unfinished", action="store_true", help="score an unfinished training (recorded, marked)")
+    p.set_defaults(run=cmd_evaluate)
 
-    p = sub.add_parser("reproduce", help="train and evaluate every cell of a table, in order, then make the tables")
+    p = sub.add_parser(
+        "reproduce", parents=[paths, launch, average], help="train and evaluate a table's cells, in order"
+    )
     p.add_argument("--table", default="all", help="iwslt14, wmt14, opus100, warmup or all")
     p.add_argument("--list", action="store_true", help="list the table's cells with their status and estimates")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="the tables written at the end (default results/tables.md)")
-    _add_common(p)
-    _add_launch_options(p)
-    _add_eval_options(p)
     p.add_argument("overrides", nargs="*", help="after --: extra hydra overrides for every cell")
+    p.set_defaults(run=cmd_reproduce)
 
     p = sub.add_parser("tables", help="write results/tables.md")
     p.add_argument("--results", default=str(DEFAULT_RESULTS))
     p.add_argument("--work", default=str(DEFAULT_WORK), help="checkpoint root, for the logs of cells not evaluated")
     p.add_argument("--out", default=str(DEFAULT_OUT))
+    p.set_defaults(run=cmd_tables)
     return parser
 
 
 def _default_gpus(args):
+    import torch
+
     if args.gpus is None:
-        if args.cpu:
-            args.gpus = 1
-        else:
-            import torch
-
-            args.gpus = max(1, torch.cuda.device_count())
-    if not args.cpu and not args.dry_run:
-        import torch
-
-        if not torch.cuda.is_available():
-            raise UserError("no GPU visible: train on GPUs, pass --cpu for a (slow) CPU run, or --dry-run")
+        args.gpus = 1 if args.cpu else max(1, torch.cuda.device_count())
+    if not args.cpu and not args.dry_run and not torch.cuda.is_available():
+        raise UserError("no GPU visible: train on GPUs, pass --cpu for a (slow) CPU run, or --dry-run")
 
 
 def cmd_train(args) -> int:
@@ -138,9 +102,9 @@ def cmd_evaluate(args) -> int:
 
 def cmd_reproduce(args) -> int:
     """Every cell of the table in order; finished trainings and evaluations are skipped."""
-    from .evaluate import evaluate, result_path
+    from .evaluate import evaluate
     from .launch import dataset_config, train
-    from .tables import measured
+    from .tables import measured, result_path
 
     cells = paper_cells(args.table)
     if args.list:
@@ -167,18 +131,9 @@ def cmd_reproduce(args) -> int:
             continue
         cell_args = argparse.Namespace(**{**vars(args), "cell": cell.name, "allow_unfinished": False})
         rc = train(cell_args)
-        evaluate_line = [
-            "bash",
-            "scripts/evaluate.sh",
-            "--cell",
-            cell.name,
-            "--work",
-            args.work,
-            "--results",
-            args.results,
-        ]
         if args.dry_run:
-            print("then: " + shlex.join(evaluate_line))
+            evaluate_line = ["bash", "scripts/evaluate.sh", "--cell", cell.name]
+            print("then: " + shlex.join([*evaluate_line, "--work", args.work, "--results", args.results]))
             continue
         state = training_state(Path(args.work).resolve() / cell.name)
         if state.name not in (TRAINED, FAILS):
@@ -190,8 +145,7 @@ def cmd_reproduce(args) -> int:
             print(f"error: {e}")
             failed.append(cell.name)
     if not args.dry_run:
-        make_tables(args.results, args.work, args.out)
-        print(f"wrote {args.out}")
+        cmd_tables(args)
     if failed:
         print(f"not finished (see their train.log): {', '.join(failed)}")
         return 1
@@ -208,12 +162,4 @@ def main(argv=None) -> int:
     # fairseq's text_to_speech task sets the root logger to DEBUG when fairseq is imported
     logging.getLogger().setLevel(logging.WARNING)
     args = build_parser().parse_args(argv)
-    return {"train": cmd_train, "evaluate": cmd_evaluate, "reproduce": cmd_reproduce, "tables": cmd_tables}[
-        args.command
-    ](args)
-
-
-if __name__ == "__main__":
-    from ..errors import exit_on_user_error
-
-    sys.exit(exit_on_user_error(main))
+    return args.run(args)

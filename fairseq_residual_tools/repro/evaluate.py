@@ -16,29 +16,26 @@
    the versions, the git commit, the GPU count and the wall times.
 """
 
+import functools
 import json
 import shlex
 import time
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict
 
 from ..errors import DataError, UserError
 from ..provenance import provenance
 from ..runner import PLUGIN_DIR, fairseq_command, run_logged
 from . import scoring
 from .averaging import average_checkpoints, last_checkpoints
-from .cells import Cell, parse_cell
-from .status import FAILS, NOT_RUN, TRAINED, training_state
-
-
-def result_path(results_dir, cell: Cell) -> Path:
-    return Path(results_dir) / f"{cell.name}.json"
+from .cells import Evaluation, parse_cell
+from .status import FAILS, NOT_RUN, TRAINED, launch_records, training_state
+from .tables import result_path
 
 
 def training_record(cell_dir: Path) -> dict:
     """What the launches recorded (launch.json): commands, GPUs, batch, deviations, wall time."""
-    path = cell_dir / "launch.json"
-    launches = json.loads(path.read_text()) if path.is_file() else []
+    launches = launch_records(cell_dir)
     if not launches:
         return {"launches": 0}
     last = launches[-1]
@@ -55,13 +52,14 @@ def training_record(cell_dir: Path) -> dict:
     }
 
 
-def generate(data, checkpoint, subset, evaluation, cpu, task_args, remove_bpe, out_file) -> scoring.Generation:
+def generate(
+    data, checkpoint, ev: Evaluation, cpu: bool, subset, task_args, remove_bpe, out_file
+) -> scoring.Generation:
     command = fairseq_command(
         "generate",
         data,
         *("--user-dir", PLUGIN_DIR, "--path", checkpoint, "--gen-subset", subset),
-        *("--beam", evaluation.beam, "--lenpen", evaluation.lenpen),
-        *("--max-len-a", evaluation.max_len_a, "--max-len-b", evaluation.max_len_b),
+        *("--beam", ev.beam, "--lenpen", ev.lenpen, "--max-len-a", ev.max_len_a, "--max-len-b", ev.max_len_b),
         *("--max-tokens", "4000" if cpu else "12000", "--remove-bpe", remove_bpe),
         *task_args,
         *(["--cpu"] if cpu else []),
@@ -82,8 +80,7 @@ def wmt_test_sets(data: Path) -> Dict[str, str]:
 
 def evaluate(args) -> dict:
     cell = parse_cell(args.cell)
-    dataset = cell.config
-    ev = dataset.evaluation
+    ev = cell.config.evaluation
     cell_dir = Path(args.work).resolve() / cell.name
     out_path = result_path(args.results, cell)
     started = time.time()
@@ -131,51 +128,30 @@ def evaluate(args) -> dict:
 
     task = torch.load(averaged, map_location="cpu", weights_only=True)["cfg"]["task"]
     data = Path(args.data or task["data"])
-    cpu = args.cpu or not torch.cuda.is_available()
     eval_dir = cell_dir / "evaluation"
     eval_dir.mkdir(exist_ok=True)
+    decode = functools.partial(generate, data, averaged, ev, args.cpu or not torch.cuda.is_available())
     langs = ["--source-lang", str(task.get("source_lang")), "--target-lang", str(task.get("target_lang"))]
-    commands: List[str] = []
 
     if cell.dataset == "iwslt14":
-        gen = generate(data, averaged, "test", ev, cpu, langs, "@@ ", eval_dir / "generate-test.txt")
-        commands.append(gen.command)
-        scores = scoring.score_iwslt(gen, str(task["target_lang"]))
+        generations = {"test": decode("test", langs, "@@ ", eval_dir / "generate-test.txt")}
+        scores = scoring.score_iwslt(generations["test"], str(task["target_lang"]))
     elif cell.dataset == "wmt14":
-        generations = {}
-        for split, name in wmt_test_sets(data).items():
-            gen = generate(data, averaged, split, ev, cpu, langs, "@@ ", eval_dir / f"generate-{name}.txt")
-            commands.append(gen.command)
-            generations[name] = gen
+        generations = {
+            name: decode(split, langs, "@@ ", eval_dir / f"generate-{name}.txt")
+            for split, name in wmt_test_sets(data).items()
+        }
         scores = scoring.score_wmt(dict(sorted(generations.items())), str(task["target_lang"]))
     else:
         pairs = [p for p in str(task["lang_pairs"]).split(",") if p]
-        base = [
-            "--task",
-            "translation_multi_simple_epoch",
-            "--lang-pairs",
-            ",".join(pairs),
-            "--langs",
-            str(task["langs"]),
-            "--encoder-langtok",
-            str(task.get("encoder_langtok") or "tgt"),
-        ]
-        if task.get("decoder_langtok"):
-            base.append("--decoder-langtok")
-        directions = {}
+        base = ["--task", "translation_multi_simple_epoch", "--lang-pairs", ",".join(pairs)]
+        base += ["--langs", str(task["langs"]), "--encoder-langtok", str(task.get("encoder_langtok") or "tgt")]
+        base += ["--decoder-langtok"] if task.get("decoder_langtok") else []
+        generations, directions = {}, {}
         for pair in pairs:
             src, tgt = pair.split("-")
-            gen = generate(
-                data,
-                averaged,
-                "test",
-                ev,
-                cpu,
-                base + ["--source-lang", src, "--target-lang", tgt],
-                "sentencepiece",
-                eval_dir / f"generate-{pair}.txt",
-            )
-            commands.append(gen.command)
+            pair_args = [*base, "--source-lang", src, "--target-lang", tgt]
+            gen = generations[pair] = decode("test", pair_args, "sentencepiece", eval_dir / f"generate-{pair}.txt")
             directions[pair] = scoring.sacrebleu_score(gen.hypotheses, gen.references, scoring.sacrebleu_tokenizer(tgt))
         scores = scoring.score_opus(directions)
 
@@ -186,7 +162,10 @@ def evaluate(args) -> dict:
         decoding={"beam": ev.beam, "lenpen": ev.lenpen, "max_len_a": ev.max_len_a, "max_len_b": ev.max_len_b},
         checkpoints=[str(p) for p in checkpoints],
         averaged_checkpoint=str(averaged),
-        evaluation={"commands": commands, "wall_seconds": round(time.time() - started, 1)},
+        evaluation={
+            "commands": [gen.command for gen in generations.values()],
+            "wall_seconds": round(time.time() - started, 1),
+        },
     )
     return _write(out_path, record)
 

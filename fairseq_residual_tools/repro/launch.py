@@ -1,8 +1,8 @@
 """Training one cell: the batch kept at the paper's size, the launch command, resume, the log.
 
-``scripts/train.sh --cell C [--gpus G] [--nodes N] [--dry-run]`` ends up in
-``train_main``. What it runs is fairseq-hydra-train with the cell's config,
-started once per GPU by torch.distributed's own launchers:
+``scripts/train.sh --cell C [--gpus G] [--nodes N] [--dry-run]`` ends up in ``train``, which runs
+fairseq-hydra-train with the cell's config, started once per GPU by torch.distributed's own launchers
+(``distributed_train`` says why each process is given its rank explicitly):
 
 * one process:          ``python -m fairseq_residual_tools.repro.distributed_train ARGS``
 * G GPUs on one node:   ``torchrun --standalone --nproc-per-node G -m <the same module> ARGS``
@@ -11,15 +11,9 @@ started once per GPU by torch.distributed's own launchers:
 * N nodes in SLURM:     ``srun --nodes N --ntasks-per-node G python -m ... --ranks-from slurm ARGS``
                         from inside the allocation (sbatch), MASTER_ADDR = first node
 
-(see ``distributed_train`` for why each process is given its rank explicitly).
-Everything a cell writes goes to its folder, ``<work>/<cell name>/``: checkpoints,
-``train.log`` (the console output of every launch, appended), ``launch.json``
-(the commands, batch, exit status and wall time of every launch that ended) and
-``train.done`` once the training is finished (``status.training_state``: the
-state is read from this evidence). fairseq itself resumes from
-``checkpoint_last.pt`` in that folder (model, optimizer, schedule and data
-position), so after a kill -- preemption, ``scancel``, a crashed node -- the same
-command continues the cell.
+A cell writes to ``<work>/<cell name>/``: its checkpoints, ``train.log``, ``launch.json`` and ``train.done``
+(the evidence ``status`` reads). fairseq resumes from ``checkpoint_last.pt`` there, so after a kill
+(preemption, ``scancel``, a crashed node) the same command continues the cell.
 """
 
 import functools
@@ -39,13 +33,12 @@ from ..errors import ConfigError, DataError
 from ..runner import PLUGIN_DIR, RunError, run_logged
 from .cells import CONFIG_DIR, NOT_IMPLEMENTED, ROOT, Cell, Dataset, parse_cell
 from .estimates import estimate
-from .status import FAILS, LAUNCH_MARK, TRAINED, training_state
+from .status import FAILS, LAUNCH_MARK, TRAINED, launch_records, training_state
 
 ENTRY = "fairseq_residual_tools.repro.distributed_train"
 #: smallest per-GPU batch the launcher chooses by itself: fairseq needs every
 #: sentence (up to ~250 BPE tokens here) to fit one batch, and tiny batches waste GPUs
 MIN_MAX_TOKENS = 1024
-DEFAULT_MASTER_PORT = 29500
 
 
 @dataclass(frozen=True)
@@ -128,7 +121,7 @@ def compose(cell: Cell, overrides: List[str] = ()):
 
     import fairseq_residual  # noqa: F401  (registers the model's options)
 
-    name = cell.config.config_name
+    name = cell.dataset
     hydra_init(name)
     with warnings.catch_warnings():
         # hydra's deprecation notes about fairseq's own config layout (schema matching, _group_)
@@ -238,38 +231,24 @@ def plan_launch(args, environ=os.environ, entry_module: str = ENTRY) -> LaunchPl
     problem = data_problem(dataset, data, cfg)
     gpus_per_node = args.gpus or 1
     processes = gpus_per_node * args.nodes
-    reference_gpus = args.reference_gpus or dataset.reference_gpus
-    batch = derive_batch(
-        processes,
-        int(cfg.dataset.max_tokens),
-        int(cfg.optimization.update_freq[0]),
-        reference_gpus,
-        args.max_tokens,
-        args.update_freq,
-    )
+    # the authors' GPU count is not published: 1 is assumed unless --reference-gpus says otherwise
+    paper_batch = int(cfg.dataset.max_tokens), int(cfg.optimization.update_freq[0]), args.reference_gpus or 1
+    batch = derive_batch(processes, *paper_batch, args.max_tokens, args.update_freq)
     hydra_args = [
-        "--config-dir",
-        str(CONFIG_DIR),
-        "--config-name",
-        dataset.config_name,
-        *cell.overrides(),
-        f"task.data={data}",
+        *("--config-dir", str(CONFIG_DIR), "--config-name", dataset.name, *cell.overrides(), f"task.data={data}"),
         *(multilingual_overrides(data, args.dry_run or bool(problem)) if dataset.name == "opus100" else []),
-        f"common.user_dir={PLUGIN_DIR}",
-        f"checkpoint.save_dir={cell_dir}",
-        f"dataset.max_tokens={batch.max_tokens}",
-        f"optimization.update_freq=[{batch.update_freq}]",
-        f"hydra.run.dir={cell_dir / 'hydra'}",
+        *(f"common.user_dir={PLUGIN_DIR}", f"checkpoint.save_dir={cell_dir}", f"dataset.max_tokens={batch.max_tokens}"),
+        *(f"optimization.update_freq=[{batch.update_freq}]", f"hydra.run.dir={cell_dir / 'hydra'}"),
         *(["common.cpu=true"] if args.cpu else []),
         *extra,
     ]
     launcher = choose_launcher(args.launcher, processes, args.nodes, environ)
-    entry = [sys.executable, "-m", entry_module]
+    entry = ["-m", entry_module]
     env, notes = {}, []
     if launcher == "single":
         if processes > 1:
             raise ConfigError(f"--launcher single runs one process, not {processes}")
-        command = entry + hydra_args
+        command = [sys.executable, *entry, *hydra_args]
     elif launcher == "torchrun":
         rdzv = ["--standalone", "--nnodes=1"]
         if args.nodes > 1:
@@ -278,34 +257,14 @@ def plan_launch(args, environ=os.environ, entry_module: str = ENTRY) -> LaunchPl
                     f"{args.nodes} nodes with torchrun: run train.sh on every node with --node-rank "
                     "(0..N-1) and --master-addr (the host of node 0), or launch inside SLURM (srun)"
                 )
-            rdzv = [
-                f"--nnodes={args.nodes}",
-                f"--node-rank={args.node_rank}",
-                f"--master-addr={args.master_addr}",
-                f"--master-port={args.master_port}",
-            ]
-        command = [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            *rdzv,
-            f"--nproc-per-node={gpus_per_node}",
-            "-m",
-            entry_module,
-            *hydra_args,
-        ]
+            rdzv = [f"--nnodes={args.nodes}", f"--node-rank={args.node_rank}"]
+            rdzv += [f"--master-addr={args.master_addr}", f"--master-port={args.master_port}"]
+        torchrun = [sys.executable, "-m", "torch.distributed.run", *rdzv, f"--nproc-per-node={gpus_per_node}"]
+        command = [*torchrun, *entry, *hydra_args]
     elif launcher == "srun":
         env = {"MASTER_ADDR": args.master_addr or slurm_master_addr(environ), "MASTER_PORT": str(args.master_port)}
-        command = [
-            "srun",
-            f"--nodes={args.nodes}",
-            f"--ntasks-per-node={gpus_per_node}",
-            "--kill-on-bad-exit=1",
-            *entry,
-            "--ranks-from",
-            "slurm",
-            *hydra_args,
-        ]
+        srun = ["srun", f"--nodes={args.nodes}", f"--ntasks-per-node={gpus_per_node}", "--kill-on-bad-exit=1"]
+        command = [*srun, sys.executable, *entry, "--ranks-from", "slurm", *hydra_args]
     else:
         raise ConfigError(f"unknown launcher {launcher!r}; choose auto, single, torchrun or srun")
     if processes > 1 and args.cpu:
@@ -359,12 +318,15 @@ def dataset_config(dataset: str, extra: tuple = ()):
 
 def write_launch_record(cell_dir: Path, record: dict, new: bool):
     """Append ``record`` to ``launch.json`` (``new``), or replace its last one (the same launch, ended)."""
-    path = cell_dir / "launch.json"
-    records = json.loads(path.read_text()) if path.is_file() else []
+    records = launch_records(cell_dir)
     records = records + [record] if new else records[:-1] + [record]
-    tmp = path.with_name(f"launch.json.tmp{os.getpid()}")
+    tmp = cell_dir / f"launch.json.tmp{os.getpid()}"
     tmp.write_text(json.dumps(records, indent=1) + "\n")
-    os.replace(tmp, path)
+    os.replace(tmp, cell_dir / "launch.json")
+
+
+def _now(seconds: Optional[float] = None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(seconds))
 
 
 def train(args, entry_module: str = ENTRY) -> int:
@@ -374,11 +336,9 @@ def train(args, entry_module: str = ENTRY) -> int:
         f"cell {plan.cell}: {plan.launcher} launch, {plan.nodes} node(s) x {plan.gpus_per_node} "
         f"{'CPU process' if plan.cpu else 'GPU'}(s); folder {cell_dir}"
     )
-    print(plan.batch["text"])
-    for note in plan.notes:
-        print(note)
-    if plan.data_problem:
-        print(plan.data_problem)
+    for line in [plan.batch["text"], *plan.notes, plan.data_problem]:
+        if line:
+            print(line)
     last = cell_dir / "checkpoint_last.pt"
     done = cell_dir / "train.done"
     if done.is_file():
@@ -401,13 +361,9 @@ def train(args, entry_module: str = ENTRY) -> int:
     log_path = cell_dir / "train.log"
     started = time.time()
     with open(log_path, "a", encoding="utf-8") as log:
-        log.write(f"{LAUNCH_MARK}{time.strftime('%Y-%m-%d %H:%M:%S')} launch: {plan.shell()}\n")
-    record = {
-        **asdict(plan),
-        "shell": plan.shell(),
-        "returncode": None,  # until it ends: a record left so is a launch killed with its launcher
-        "started": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(started)),
-    }
+        log.write(f"{LAUNCH_MARK}{_now(started)} launch: {plan.shell()}\n")
+    # "returncode" stays None until the launch ends: a record left so is a launch killed with its launcher
+    record = {**asdict(plan), "shell": plan.shell(), "returncode": None, "started": _now(started)}
     write_launch_record(cell_dir, record, new=True)
     try:  # the console shows the training's output as it goes
         run_logged(plan.command, log_path, env=plan.env, label=plan.cell, on_line=sys.stdout.write)
@@ -418,7 +374,7 @@ def train(args, entry_module: str = ENTRY) -> int:
     write_launch_record(cell_dir, record, new=False)
     state = training_state(cell_dir)
     if state.name == TRAINED:
-        done.write_text(f"fairseq-hydra-train finished ({state.detail}) at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+        done.write_text(f"fairseq-hydra-train finished ({state.detail}) at {_now()}\n")
         return 0
     if state.name == FAILS:
         print(f'{plan.cell}: training diverged: {state.detail} -- the tables report it as "fails"')

@@ -1,25 +1,19 @@
 """A cell's training state, read from the evidence in its folder -- never from what a command meant to do.
 
-The evidence, all in ``<work>/<cell>/`` (written by ``launch.train``):
-
-* ``train.log``: each launch appends ``### <time> launch: <command>``, then fairseq's output;
-* ``launch.json``: one record per launch, written when it starts (``"returncode": null``) and
-  completed when it ends, with fairseq's return code and, when the launcher was stopped by a
-  signal (preemption, ``scancel``, Ctrl-C), that signal's name.
-
-A last record still without a return code is a launch that is running, or that was killed
-together with its launcher (SIGKILL leaves no chance to complete it). The states, in this order:
+The evidence, written to ``<work>/<cell>/`` by ``launch.train``: ``train.log`` (each launch appends
+``### <time> launch: <command>``, then fairseq's output) and ``launch.json`` (one record per launch,
+``"returncode": null`` until it ends; then fairseq's return code and the stop signal, if any). A last
+record without a return code is a launch that is running, or was killed together with its launcher.
+The states, in the order they are checked (docs/reproduce.md, "Cell states"):
 
 =========================  ====================================================================
 not run                    no launch has started (no ``train.log``)
 running or interrupted     the last launch has no record, or it ended by a signal; the same
                            command resumes it from ``checkpoint_last.pt``
 fails                      the last launch ended by itself and the log shows divergence
-                           (``training_log``): the paper's "fails" (a curve cut off by a kill is
-                           not judged: "no progress" is no verdict on a run that was stopped)
-trained                    the last launch exited 0 after fairseq's "done training" -- fairseq
-                           stops at ``max_update``, at early stop (``patience``) or at ``max_epoch``;
-                           which one is named in the detail
+                           (``training_log``; a curve cut off by a kill is not judged)
+trained                    the last launch exited 0 after fairseq's "done training" (at
+                           ``max_update``, early stop or ``max_epoch``: named in the detail)
 failed                     the last launch exited otherwise; the detail is its exit status and the
                            last line of the log (usually the error)
 =========================  ====================================================================
@@ -74,12 +68,17 @@ def last_launch_text(log: Path) -> str:
     return text[start + 1 :] if start >= 0 else text
 
 
+def launch_records(cell_dir: Path) -> list:
+    """The records of ``launch.json``, oldest first (none before the first launch)."""
+    path = Path(cell_dir) / "launch.json"
+    return json.loads(path.read_text()) if path.is_file() else []
+
+
 def training_state(cell_dir: Path) -> TrainingState:
     log = Path(cell_dir) / "train.log"
     if not log.is_file():
         return TrainingState(NOT_RUN)
-    path = Path(cell_dir) / "launch.json"
-    records = json.loads(path.read_text()) if path.is_file() else []
+    records = launch_records(cell_dir)
     if not records or records[-1].get("returncode") is None:
         return TrainingState(RUNNING, "the last launch has not ended (or was killed with its launcher)")
     last = records[-1]

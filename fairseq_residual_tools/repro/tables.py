@@ -25,6 +25,14 @@ from .cells import NOT_IMPLEMENTED, PAPER_DIR, ROOT, Cell, PaperTable, paper_tab
 from .status import FAILED, FAILS, NOT_RUN, TRAINED, training_state
 
 MEASURED = "measured"
+DEFAULT_RESULTS = ROOT / "results" / "cells"
+DEFAULT_WORK = ROOT / "checkpoints"
+DEFAULT_OUT = ROOT / "results" / "tables.md"
+
+
+def result_path(results_dir, cell: Cell) -> Path:
+    """The cell's evaluation, written by ``evaluate``."""
+    return Path(results_dir) / f"{cell.name}.json"
 
 
 @dataclass
@@ -37,7 +45,7 @@ class Measured:
 
 
 def measured(cell: Cell, results_dir: Path, work_dir: Optional[Path]) -> Measured:
-    path = Path(results_dir) / f"{cell.name}.json"
+    path = result_path(results_dir, cell)
     if path.is_file():
         record = json.loads(path.read_text(encoding="utf-8"))
         training = record.get("training", {})
@@ -117,8 +125,3 @@ def make_tables(results_dir, work_dir, out, paper_dir=PAPER_DIR) -> str:
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(text, encoding="utf-8")
     return text
-
-
-DEFAULT_RESULTS = ROOT / "results" / "cells"
-DEFAULT_WORK = ROOT / "checkpoints"
-DEFAULT_OUT = ROOT / "results" / "tables.md"
