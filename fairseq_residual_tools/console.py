@@ -7,59 +7,30 @@ with exit status 1. ``data-prep/*.sh`` and ``scripts/*`` are one-line callers of
 
 import sys
 from importlib import import_module
-from typing import Sequence
+from typing import Callable
 
 from .errors import exit_on_user_error
 
 
-def _run(module: str, subcommand: Sequence[str] = ()) -> int:
-    main = import_module(f"fairseq_residual_tools.{module}").main
-    return exit_on_user_error(main, [*subcommand, *sys.argv[1:]])
+def _command(module: str, *subcommand: str) -> Callable[[], int]:
+    """A command running ``fairseq_residual_tools.<module>.main`` on ``subcommand`` + the command line."""
+
+    def command() -> int:
+        main = import_module(f"fairseq_residual_tools.{module}").main
+        return exit_on_user_error(main, [*subcommand, *sys.argv[1:]])
+
+    return command
 
 
-def prepare_iwslt14() -> int:
-    return _run("dataprep.iwslt14")
-
-
-def prepare_wmt14() -> int:
-    return _run("dataprep.wmt14")
-
-
-def prepare_opus100() -> int:
-    return _run("dataprep.opus100")
-
-
-def prepare_custom() -> int:
-    return _run("dataprep.custom")
-
-
-def train() -> int:
-    return _run("repro.cli", ["train"])
-
-
-def evaluate() -> int:
-    return _run("repro.cli", ["evaluate"])
-
-
-def reproduce() -> int:
-    return _run("repro.cli", ["reproduce"])
-
-
-def tables() -> int:
-    return _run("repro.cli", ["tables"])
-
-
-def probe() -> int:
-    return _run("analysis.probes")
-
-
-def cpu_study() -> int:
-    return _run("analysis.study")
-
-
-def demo() -> int:
-    return _run("demo.run")
-
-
-def bench() -> int:
-    return _run("bench.cli")
+prepare_iwslt14 = _command("dataprep.iwslt14")
+prepare_wmt14 = _command("dataprep.wmt14")
+prepare_opus100 = _command("dataprep.opus100")
+prepare_custom = _command("dataprep.custom")
+train = _command("repro.cli", "train")
+evaluate = _command("repro.cli", "evaluate")
+reproduce = _command("repro.cli", "reproduce")
+tables = _command("repro.cli", "tables")
+probe = _command("analysis.probes")
+cpu_study = _command("analysis.study")
+demo = _command("demo.run")
+bench = _command("bench.cli")
