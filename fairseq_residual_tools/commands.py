@@ -1,15 +1,17 @@
-"""The fairseq command lines of the small CPU runs (demo and CPU study), and reading their output.
+"""The fairseq runs of the small CPU trainings (demo and CPU study), and scoring their output.
 
 One small ``residual_transformer`` trained with ``fairseq-train`` (Adam, inverse_sqrt,
-label-smoothed cross entropy, fp32 on CPU, JSON logs) and decoded with ``fairseq-generate``
-(beam 5, BPE removed). The demo and the study differ only in the settings they pass.
+label-smoothed cross entropy, fp32 on CPU, JSON logs), decoded with ``fairseq-generate``
+(beam 5, BPE removed) and scored with sacrebleu. The demo and the study differ only in the
+settings they pass.
 """
 
 import os
 from pathlib import Path
-from typing import Dict, List
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
-from .runner import PLUGIN_DIR, fairseq_command
+from .runner import PLUGIN_DIR, RunError, fairseq_command, run_logged
+from .training_log import read_log
 
 #: the paper's validation decoding limit (max length 1.2 x source + 10); it also keeps a
 #: diverged model from spending minutes on 200-token outputs
@@ -83,3 +85,36 @@ def read_hypotheses(save_dir, lang: str) -> List[str]:
 
     text = (Path(save_dir) / "generate-test" / "generate-test.txt").read_text(encoding="utf-8")
     return detokenize(parse_generate(text).hypotheses, lang)
+
+
+def run_training(cmd: Sequence[str], out_file: Path, label: str, on_line: Optional[Callable[[str], None]] = None):
+    """``cmd`` (a ``train_command``) with one torch thread, its output in ``out_file``.
+
+    A NaN stop is a training outcome (the "fails" verdict reads it from the log); any other
+    failure (e.g. a broken import) is no verdict on the scheme: raised, and retried on the next call.
+    """
+    try:
+        run_logged(cmd, out_file, env=one_thread_env(), label=f"{label}: fairseq-train", on_line=on_line)
+    except RunError:
+        if not read_log(out_file).nan_error:
+            raise
+
+
+def score_test_set(databin, save_dir: Path, references: List[str], label: str, *extra) -> Tuple[List[str], Dict]:
+    """Decode the test set with ``save_dir``'s last checkpoint (``extra``: more generate options) and score it.
+
+    Returns the hypotheses and the result's fields ``bleu`` (sacrebleu, 2 decimals), ``bleu_signature``
+    and ``generate_command``; a failed fairseq-generate raises ``RunError``.
+    """
+    from sacrebleu.metrics import BLEU
+
+    cmd = generate_command(databin, save_dir, *extra, *LENGTH_LIMIT)
+    run_logged(cmd, Path(save_dir) / "generate.out", env=one_thread_env(), label=f"{label}: fairseq-generate")
+    hypotheses = read_hypotheses(save_dir, "en")
+    metric = BLEU()
+    score = metric.corpus_score(hypotheses, [references])
+    return hypotheses, dict(
+        bleu=round(score.score, 2),
+        bleu_signature=str(metric.get_signature()),
+        generate_command=" ".join(map(str, cmd[2:])),
+    )

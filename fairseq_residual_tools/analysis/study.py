@@ -29,16 +29,18 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Sequence
 
-from ..commands import LENGTH_LIMIT, generate_command, one_thread_env, read_hypotheses, train_command
+from ..commands import run_training, score_test_set, train_command
 from ..demo.prepare import TGT, prepare_demo_data
 from ..markdown import table
 from ..provenance import describe, describe_git, git_state, provenance
-from ..runner import RunError, run_logged
+from ..runner import RunError
 from ..training_log import RULE as FAILS_RULE
-from ..training_log import divergence, log_span, read_log, training_seconds
+from ..training_log import log_span, outcome
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIED_SCHEMES = ("post", "pre", "residual")
+#: the command-line settings that go into every run's fairseq-train command
+TRAINING_SETTINGS = ("dim", "lr", "warmup", "max_tokens", "max_update", "validate_every", "log_interval")
 
 
 @dataclass(frozen=True)
@@ -66,25 +68,14 @@ def grid(schemes: Sequence[str], depths: Sequence[int], seeds: Sequence[int]) ->
 
 def training_command(databin, save_dir, spec: RunSpec, settings) -> List[str]:
     """fairseq-train for this run; "warmup off" starts inverse_sqrt at the peak lr."""
-    return train_command(
-        databin,
-        save_dir,
-        scheme=spec.scheme,
-        layers=spec.layers,
-        seed=spec.seed,
-        dim=settings.dim,
-        lr=settings.lr,
-        warmup=settings.warmup,
-        max_tokens=settings.max_tokens,
-        max_update=settings.max_update,
-        validate_every=settings.validate_every,
-        log_interval=settings.log_interval,
-        **({} if spec.warmup else {"warmup_init_lr": settings.lr}),
-    )
+    options = {key: getattr(settings, key) for key in TRAINING_SETTINGS}
+    if not spec.warmup:
+        options["warmup_init_lr"] = settings.lr
+    return train_command(databin, save_dir, scheme=spec.scheme, layers=spec.layers, seed=spec.seed, **options)
 
 
-def run_to_file(cmd: List[str], out_file: Path, label: str) -> None:
-    """``run_logged`` with one torch thread, printing validation lines as progress."""
+def print_validations(label: str):
+    """An ``on_line`` callback printing each validation loss of a training as progress."""
 
     def progress(line: str):
         if '"valid_loss"' in line:
@@ -93,21 +84,7 @@ def run_to_file(cmd: List[str], out_file: Path, label: str) -> None:
                 f"    [{label}] update {record.get('valid_num_updates')}: valid loss {record['valid_loss']}", flush=True
             )
 
-    run_logged(cmd, out_file, env=one_thread_env(), label=label, on_line=progress)
-
-
-def score_test_set(databin, save_dir: Path, refs: List[str]):
-    """(BLEU, sacrebleu signature) of the final checkpoint on the test set; None if decoding failed."""
-    from sacrebleu.metrics import BLEU
-
-    cmd = generate_command(databin, save_dir, *LENGTH_LIMIT)
-    try:
-        run_to_file(cmd, save_dir / "generate.out", f"{save_dir.name}: fairseq-generate")
-    except RunError:
-        return None, None, cmd
-    metric = BLEU()
-    score = metric.corpus_score(read_hypotheses(save_dir, "en"), [refs])
-    return round(score.score, 2), str(metric.get_signature()), cmd
+    return progress
 
 
 def run_one(spec: RunSpec, data, refs, settings, runs_dir: Path) -> Dict:
@@ -123,13 +100,7 @@ def run_one(spec: RunSpec, data, refs, settings, runs_dir: Path) -> Dict:
     else:
         save_dir.mkdir(parents=True, exist_ok=True)
         cmd = training_command(data.databin, save_dir, spec, settings)
-        try:
-            run_to_file(cmd, save_dir / "train.out", f"{spec.name}: fairseq-train")
-        except RunError:
-            # only a NaN stop is a training outcome; anything else is not a verdict on the scheme
-            # (e.g. a broken import): raised, and retried on the next call
-            if not read_log(save_dir / "train.out").nan_error:
-                raise
+        run_training(cmd, save_dir / "train.out", spec.name, on_line=print_validations(f"{spec.name}: fairseq-train"))
         result = dict(
             **asdict(spec),
             name=spec.name,
@@ -140,25 +111,15 @@ def run_one(spec: RunSpec, data, refs, settings, runs_dir: Path) -> Dict:
             generate_command=None,
             generate_seconds=0.0,
         )
-    log = read_log(save_dir / "train.out")
-    result.update(
-        fails=divergence(log),
-        final_valid_loss=log.valid[-1][1] if log.valid else None,
-        final_train_loss=log.train[-1][1] if log.train else None,
-        train_curve=log.train,
-        valid_curve=log.valid,
-        # train.out records every attempt, also those of a run resumed after an interruption
-        train_seconds=training_seconds(save_dir / "train.out"),
-    )
+    # train.out records every attempt, also those of a run resumed after an interruption
+    result.update(outcome(save_dir / "train.out"))
     if result["fails"] is None and result["bleu"] is None:
         t0 = time.time()
-        bleu, signature, generate_cmd = score_test_set(data.databin, save_dir, refs)
-        result.update(
-            bleu=bleu,
-            bleu_signature=signature,
-            generate_command=" ".join(map(str, generate_cmd[2:])),
-            generate_seconds=round(time.time() - t0, 1),
-        )
+        try:
+            result.update(score_test_set(data.databin, save_dir, refs, spec.name)[1])
+        except RunError:
+            pass  # not decoded: scored on the next call
+        result["generate_seconds"] = round(time.time() - t0, 1)
     result_file.write_text(json.dumps(result, indent=1) + "\n")
     return result
 
@@ -184,7 +145,7 @@ def format_cell(runs: List[Dict], key: str, digits: int) -> str:
 def ablation_table(results: List[Dict], key: str, digits: int) -> str:
     """The paper's warmup-ablation layout: rows scheme x warmup, one column per depth."""
     depths = sorted({r["layers"] for r in results})
-    schemes = [s for s in dict.fromkeys(r["scheme"] for r in results)]
+    schemes = list(dict.fromkeys(r["scheme"] for r in results))
     rows = [
         [scheme, "yes" if warmup else "no"]
         + [
@@ -340,12 +301,7 @@ def main(argv=None):
     started = time.time()
     work, out = Path(args.work), Path(args.out)
     data = prepare_demo_data(
-        work / "data",
-        seed=1,
-        train=args.train_pairs,
-        valid=args.valid_pairs,
-        test=args.test_pairs,
-        bpe_merges=args.bpe_merges,
+        work / "data", train=args.train_pairs, valid=args.valid_pairs, test=args.test_pairs, bpe_merges=args.bpe_merges
     )
     refs = [line.rstrip("\n") for line in open(f"{data.raw_prefixes['test']}.{TGT}", encoding="utf-8")]
     results = run_all(grid(args.schemes, args.depths, args.seeds), data, refs, args, started)

@@ -20,17 +20,15 @@ when the demo runs again.
 import argparse
 import json
 import os
-import signal
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Dict
 
-from ..commands import LENGTH_LIMIT, generate_command, one_thread_env, read_hypotheses, train_command
+from ..commands import run_training, score_test_set, train_command
 from ..provenance import provenance
-from ..runner import RunError, run_logged
-from ..training_log import divergence, read_log, training_seconds
+from ..training_log import outcome
 from .prepare import SRC, TGT, prepare_demo_data
 from .progress import TrainingProgress
 from .report import depth_label, write_report
@@ -41,8 +39,6 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def train_and_score(scheme: str, depth: Dict, settings: Dict, data, references, runs_dir: Path) -> Dict:
     """Train (unless ``result.json`` says it was), judge, decode and score one model."""
-    from sacrebleu.metrics import BLEU
-
     label = f"{scheme} {depth_label(depth['layers'])}"
     save_dir = runs_dir / run_name(settings, scheme, depth)
     result_file = save_dir / "result.json"
@@ -50,78 +46,25 @@ def train_and_score(scheme: str, depth: Dict, settings: Dict, data, references, 
         print(f"[{label}] reused: finished training in {save_dir}", flush=True)
         return {**json.loads(result_file.read_text()), "reused": True}
     save_dir.mkdir(parents=True, exist_ok=True)
-    cmd = train_command(
-        data.databin,
-        save_dir,
-        scheme=scheme,
-        seed=settings["seed"],
-        log_interval=max(1, depth["max_update"] // settings["log_points"]),
-        **depth,
-    )
-    # one torch thread per training (see the module docstring)
-    env = one_thread_env()
+    interval = max(1, depth["max_update"] // settings["log_points"])
+    cmd = train_command(data.databin, save_dir, scheme=scheme, seed=settings["seed"], log_interval=interval, **depth)
     progress = TrainingProgress(label, depth["max_update"], every=max(1, depth["max_update"] // 10))
-    try:
-        run_logged(cmd, save_dir / "train.out", env=env, label=f"{label}: fairseq-train", on_line=progress)
-    except RunError:
-        # a NaN stop is a training outcome ("fails"); any other failure is not a verdict
-        if not read_log(save_dir / "train.out").nan_error:
-            raise
-    log = read_log(save_dir / "train.out")
-    generate = generate_command(data.databin, save_dir, "--beam", settings["beam"], *LENGTH_LIMIT)
-    run_logged(generate, save_dir / "generate.out", env=env, label=f"{label}: fairseq-generate")
-    hypotheses = read_hypotheses(save_dir, "en")
-    metric = BLEU()
-    bleu = metric.corpus_score(hypotheses, [references])
+    run_training(cmd, save_dir / "train.out", label, on_line=progress)
+    hypotheses, scores = score_test_set(data.databin, save_dir, references, label, "--beam", settings["beam"])
     result = dict(
         scheme=scheme,
         layers=depth["layers"],
         depth=depth,
-        fails=divergence(log),
-        bleu=round(bleu.score, 2),
-        bleu_signature=str(metric.get_signature()),
-        final_valid_loss=log.valid[-1][1] if log.valid else None,
-        final_train_loss=log.train[-1][1] if log.train else None,
-        train_curve=log.train,
-        valid_curve=log.valid,
-        train_seconds=training_seconds(save_dir / "train.out"),
+        **outcome(save_dir / "train.out"),
         samples=hypotheses[: settings["samples"]],
         train_command=" ".join(map(str, cmd[2:])),
-        generate_command=" ".join(map(str, generate[2:])),
+        **scores,
     )
     tmp = result_file.with_suffix(".tmp")
     tmp.write_text(json.dumps(result, indent=1) + "\n")
     tmp.replace(result_file)  # written whole or not at all: a kill here retrains nothing
     print(f"[{label}] done: test BLEU {result['bleu']:.1f}, {'fails' if result['fails'] else 'trained'}", flush=True)
     return {**result, "reused": False}
-
-
-def stop_children_on_termination():
-    """On SIGTERM (``kill``), stop this process's fairseq children too, then exit.
-
-    Ctrl-C reaches the whole process group, so the children stop by themselves; a plain
-    ``kill`` of the demo would leave them training on, and a re-run would start a second
-    process on the same checkpoints. A re-run resumes from each ``checkpoint_last.pt``.
-    """
-
-    def children():
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[1]) == os.getpid():  # the parent's id
-                yield int(stat.parent.name)
-
-    def on_term(signum, frame):
-        for pid in children():
-            try:
-                os.kill(pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        os._exit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_term)
 
 
 def main(argv=None):
@@ -149,8 +92,7 @@ def main(argv=None):
     started = time.time()
     load_at_start = [round(x, 2) for x in os.getloadavg()]
     work = Path(args.work)
-    corpus = dict(settings["corpus"])
-    data = prepare_demo_data(work / f"data-{data_key(settings)}", seed=settings["seed"], **corpus)
+    data = prepare_demo_data(work / f"data-{data_key(settings)}", seed=settings["seed"], **settings["corpus"])
     sources, references = (
         Path(f"{data.raw_prefixes['test']}.{lang}").read_text(encoding="utf-8").splitlines() for lang in (SRC, TGT)
     )
@@ -179,5 +121,4 @@ def main(argv=None):
 if __name__ == "__main__":
     from ..errors import exit_on_user_error
 
-    stop_children_on_termination()  # here, not in main(): a test calling main() keeps its own handlers
     sys.exit(exit_on_user_error(main))
