@@ -1,12 +1,8 @@
 """Averaging the parameters of the last N checkpoints, as fairseq's ``scripts/average_checkpoints.py``.
 
-fairseq ships that script in its source repository only (the installed
-``fairseq`` package has no ``scripts`` module), so its logic is restated here:
-the element-wise mean of every floating-point tensor over the N checkpoints
-(integer tensors, such as counters, are the newest checkpoint's), written into
-the newest checkpoint's state (its config, its training history). The optimizer
-state is dropped: a decoding checkpoint does not need it, and it is twice the
-size of the model.
+That script is not in the installed ``fairseq`` package, so its logic is restated here: the mean of every
+floating-point tensor (integer ones, such as counters, are the newest checkpoint's), written into the
+newest checkpoint's state, without the optimizer state (decoding does not need it; it is twice the model).
 """
 
 import re

@@ -1,21 +1,17 @@
 """The cells of the paper's tables: what to train, how to name it, how to evaluate it.
 
-A cell is a dataset, a residual scheme and a depth (and, for the ablation,
-training without warmup); its name spells those out::
+A cell is a dataset, a residual scheme and a depth (and, for the ablation, training without warmup);
+its name spells those out::
 
     iwslt14/residual/e6d6            IWSLT-14, ResiDual, 6 encoder + 6 decoder layers
     iwslt14/pre/e12d12/nowarmup      the warmup ablation's Pre-LN E12D12 without warmup
     wmt14/b2t/e18d18                 WMT'14, B2T, 18 + 18 layers
     opus100/deepnet/e100d100         OPUS-100, DeepNet, 100 + 100 layers
 
-The list of cells is read from the paper's tables (``results/paper/*.json``):
-every (row, column) of every table is one cell, and cells shared by two tables
-(the ablation's "with warmup" rows are the IWSLT-14 table's cells) are trained
-once. A cell's configuration is its dataset's hydra config in ``configs/`` plus
-the overrides of ``Cell.overrides`` -- the scheme, the depth, ``+warmup=none``;
-baselines differ from ResiDual only in ``model.residual_scheme``. A scheme that
-is not registered in ``fairseq_residual.schemes.SCHEMES`` yet keeps its cells,
-marked "scheme not implemented".
+Every (row, column) of the paper's tables (``results/paper/*.json``) is one cell, trained once when two
+tables share it. Its configuration is its dataset's hydra config in ``configs/`` plus ``Cell.overrides``
+(the scheme, the depth, ``+warmup=none``). A scheme not in ``fairseq_residual.schemes.SCHEMES`` yet keeps
+its cells, marked "scheme not implemented".
 """
 
 import json
@@ -145,9 +141,6 @@ def parse_cell(name: str) -> Cell:
     if m["scheme"] not in known:
         raise ConfigError(f"unknown scheme {m['scheme']!r} in cell {name!r}; choose one of: {', '.join(sorted(known))}")
     return Cell(m["dataset"], m["scheme"], int(m["enc"]), int(m["dec"]), warmup=not m["nowarmup"])
-
-
-# ----------------------------------------------------------------------------- the paper's tables
 
 
 @dataclass

@@ -1,29 +1,18 @@
 """One process of a training: ``fairseq-hydra-train`` told explicitly which rank of which job it is.
 
-torchrun and srun start one copy of this per GPU (or per CPU process). Each copy
-reads its rank from the launcher's environment and passes it to fairseq, then
-runs ``fairseq_cli.hydra_train`` unchanged::
+torchrun and srun start one copy of this per GPU (or per CPU process). Each copy reads its rank
+from the launcher's environment, passes it to fairseq and runs ``fairseq_cli.hydra_train`` unchanged::
 
     torchrun --nproc-per-node 8 -m fairseq_residual_tools.repro.distributed_train --config-dir configs ...
     srun --ntasks-per-node 8 python -m fairseq_residual_tools.repro.distributed_train --ranks-from slurm ...
 
-Why fairseq is not left to infer the rank (``fairseq.distributed.utils.infer_init_method``):
-
-* it returns before looking at torchrun's variables when ``distributed_world_size``
-  is 1, and that option defaults to the number of *visible GPUs*: on a machine
-  without GPU (or a node with one GPU) every process then trains alone -- N
-  independent jobs writing to the same checkpoint folder;
-* when it does read them, it sets ``device_id = rank % torch.cuda.device_count()``,
-  a ZeroDivisionError without GPU;
-* with a world size > 1 and no launcher it spawns one process per visible GPU
-  itself, so ``--gpus 1`` on an 8-GPU node would silently train on 8.
-
-Here the rank, the world size and the local device come from the launcher,
-``distributed_init_method=env://`` makes fairseq skip its inference (torch reads
-MASTER_ADDR / MASTER_PORT, which torchrun sets and the srun launch exports), and
-``distributed_no_spawn`` keeps fairseq from forking. On CPU the backend is gloo
-and the DDP wrapper fairseq's ``legacy_ddp`` (PyTorch's DDP refuses
-``device_ids`` for a CPU module); on GPUs NCCL and PyTorch DDP, fairseq's defaults.
+fairseq's own rank inference (``infer_init_method``) ignores torchrun when fewer than two GPUs are
+visible (N independent jobs in one folder), divides by the GPU count (a ZeroDivisionError on CPU) and,
+without a launcher, spawns a process per visible GPU (docs/reproduce.md, "Why not torchrun
+fairseq-train"). ``distributed_init_method=env://`` skips it (torch reads MASTER_ADDR / MASTER_PORT,
+which torchrun sets and the srun launch exports) and ``distributed_no_spawn`` keeps fairseq from
+forking. On CPU the backend is gloo and the DDP wrapper fairseq's ``legacy_ddp`` (PyTorch's DDP
+refuses ``device_ids`` for a CPU module); on GPUs NCCL and PyTorch DDP, fairseq's defaults.
 """
 
 import os

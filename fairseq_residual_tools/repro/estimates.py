@@ -1,24 +1,12 @@
-"""GPU-hour estimates per cell: arithmetic on the config, with every assumption named.
+"""GPU-hour estimates per cell: arithmetic on the config, with every assumption named (docs/reproduce.md).
 
-These are estimates, not measurements (no GPU run of a paper cell was made
-here). Training compute is the usual 6 x parameters x tokens rule for the
-matrix products (forward 2, backward 4 FLOPs per weight and token; attention
-scores add under 2% at these sentence lengths and are left out):
-
-* per source token, the encoder layers: 4d^2 (attention) + 2 d f (FFN) weights each;
-* per target token, the decoder layers: 8d^2 (self + cross attention) + 2 d f each,
-  plus the output projection d x V;
-* tokens per update: the batch the launch actually uses (GPUs x max_tokens x
-  update_freq; the paper's effective batch unless ``--max-tokens``/``--update-freq``
-  choose another); ``max_tokens`` counts padded tokens of the longer side, so this is
-  an upper bound for each side;
-* updates: ``max_update`` of the config; IWSLT-14 trains until 20 epochs without
-  a better validation BLEU, assumed here to end after ``IWSLT_UPDATES``.
-
-Time = FLOPs / an assumed sustained throughput of one A100-class GPU:
-``FP32_FLOPS`` for fp32 (IWSLT-14; PyTorch does not use TF32 for matrix products
-by default) and ``HALF_FLOPS`` for AMP / fp16, times ``VALIDATION_OVERHEAD``
-for validation (BLEU with beam search every epoch on IWSLT-14).
+Estimates, not measurements. Training compute is 6 x weights x tokens (forward 2, backward 4 FLOPs per
+weight and token; attention scores add under 2% at these lengths and are left out), with per source
+token 4d^2 + 2 d f weights in each encoder layer, per target token 8d^2 + 2 d f in each decoder layer
+plus the output projection d x V. Tokens per update are the launch's batch (an upper bound: max_tokens
+counts padding); updates are the config's ``max_update`` (``IWSLT_UPDATES`` for IWSLT-14, which stops
+early). Time = FLOPs / the assumed sustained throughput of one A100-class GPU (``FP32_FLOPS`` for fp32,
+``HALF_FLOPS`` with AMP / fp16), times ``VALIDATION_OVERHEAD``.
 """
 
 from dataclasses import dataclass
@@ -41,12 +29,6 @@ class Estimate:
     gpu_hours: float
 
 
-def training_flops_per_token_pair(d: int, ffn: int, enc: int, dec: int, vocab: int) -> float:
-    encoder = enc * (4 * d * d + 2 * d * ffn)
-    decoder = dec * (8 * d * d + 2 * d * ffn) + d * vocab
-    return 6.0 * (encoder + decoder)
-
-
 def reference_tokens(cfg, reference_gpus: int = 1) -> int:
     """The paper's effective batch: the config's max_tokens x update_freq on ``reference_gpus`` GPUs."""
     return reference_gpus * int(cfg.dataset.max_tokens) * int(cfg.optimization.update_freq[0])
@@ -54,16 +36,11 @@ def reference_tokens(cfg, reference_gpus: int = 1) -> int:
 
 def estimate(cell: Cell, cfg, tokens: int) -> Estimate:
     """Estimate for ``cell`` from its composed config (``launch.compose``), at ``tokens`` per update."""
-    m = cfg.model
+    d, ffn, vocab = int(cfg.model.encoder_embed_dim), int(cfg.model.encoder_ffn_embed_dim), VOCAB[cell.dataset]
+    encoder = cell.encoder_layers * (4 * d * d + 2 * d * ffn)
+    decoder = cell.decoder_layers * (8 * d * d + 2 * d * ffn) + d * vocab
     updates = int(cfg.optimization.max_update) or IWSLT_UPDATES
-    per_token = training_flops_per_token_pair(
-        int(m.encoder_embed_dim),
-        int(m.encoder_ffn_embed_dim),
-        cell.encoder_layers,
-        cell.decoder_layers,
-        VOCAB[cell.dataset],
-    )
-    flops = per_token * tokens * updates
+    flops = 6.0 * (encoder + decoder) * tokens * updates
     half = bool(cfg.common.amp or cfg.common.fp16 or cfg.common.memory_efficient_fp16)
     seconds = flops / (HALF_FLOPS if half else FP32_FLOPS) * VALIDATION_OVERHEAD[cell.dataset]
     return Estimate(updates, tokens, flops, round(seconds / 3600, 1))

@@ -1,25 +1,18 @@
-"""Evaluating one trained cell as the paper scores it, into one JSON file.
+"""Evaluating one trained cell as the paper scores it, into ``results/cells/<cell>.json``.
 
-``scripts/evaluate.sh --cell C [--dry-run] [--allow-unfinished]`` ends up in ``evaluate``:
-
-1. the training's state is read from its folder (``status.training_state``); a
-   training whose log shows divergence (``training_log.divergence``: NaN,
-   exploding or stalled loss) is recorded as ``"status": "fails"``; one that is not
-   "trained" (running, interrupted, failed, not run) stops with one error, unless
-   ``--allow-unfinished``, which scores it and records the deviation (the tables
-   mark the score with it);
-2. otherwise the last N checkpoints are averaged (``averaging``);
-3. ``fairseq-generate`` decodes every test set of the dataset (beam 5, the
-   dataset's length penalty and max length, as configured in ``cells.DATASETS``);
-4. the output is scored as the paper's table is (``scoring``), and
-   ``results/cells/<cell>.json`` gets the scores, the checkpoints, the commands,
-   the versions, the git commit, the GPU count and the wall times.
+``scripts/evaluate.sh --cell C [--dry-run] [--allow-unfinished]`` ends up in ``evaluate``. A diverged
+training (``status``) is recorded as ``"status": "fails"``; one that is not "trained" stops with one error,
+unless ``--allow-unfinished`` (the deviation is recorded and the tables mark it). Otherwise the last N
+checkpoints are averaged (``averaging``), ``fairseq-generate`` decodes every test set with the dataset's
+settings (``cells.DATASETS``) and ``scoring`` scores them as the paper's table does. The JSON also holds
+the checkpoints, the commands, the provenance, the GPU count and the wall times (docs/reproduce.md).
 """
 
 import functools
 import json
 import shlex
 import time
+from dataclasses import asdict
 from pathlib import Path
 from typing import Dict
 
@@ -84,16 +77,8 @@ def evaluate(args) -> dict:
     cell_dir = Path(args.work).resolve() / cell.name
     out_path = result_path(args.results, cell)
     started = time.time()
-    record = {
-        "cell": cell.name,
-        "dataset": cell.dataset,
-        "scheme": cell.scheme,
-        "encoder_layers": cell.encoder_layers,
-        "decoder_layers": cell.decoder_layers,
-        "warmup": cell.warmup,
-        "training": training_record(cell_dir),
-        **provenance(),  # date, versions, git state, machine
-    }
+    # the cell's fields, what its launches recorded, and the date, versions, git state and machine
+    record = {"cell": cell.name, **asdict(cell), "training": training_record(cell_dir), **provenance()}
     state = training_state(cell_dir)
     record["training"].update(state=state.name, state_detail=state.detail)
     if state.name == NOT_RUN:

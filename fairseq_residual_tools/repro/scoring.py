@@ -1,14 +1,10 @@
-"""BLEU as each of the paper's tables reports it.
+"""BLEU as each of the paper's tables reports it (docs/reproduce.md, "Evaluation").
 
-* IWSLT-14: the BLEU that ``fairseq-generate --remove-bpe`` prints -- fairseq's
-  own scorer over whitespace tokens of the tokenised, lowercased reference and
-  hypothesis, BPE removed. SacreBLEU on Moses-detokenised text as a second figure.
-* WMT'14: tokenised BLEU "with compound splitting" per test set (fairseq's
-  ``compound_split_bleu.sh``: ``a-b`` becomes ``a ##AT##-##AT## b`` on both sides,
-  then ``fairseq-score``), averaged over newstest2010-2016. SacreBLEU (with its
-  signature) on detokenised text as a second figure.
-* OPUS-100: SacreBLEU per direction on decoded text, averaged over English->X
-  (EX), X->English (XE) and all directions (ALL).
+* IWSLT-14: the BLEU that ``fairseq-generate --remove-bpe`` prints (tokenised, lowercased text).
+* WMT'14: tokenised BLEU with fairseq's compound splitting per test set, averaged over newstest2010-2016.
+* OPUS-100: SacreBLEU per direction, averaged over English->X (EX), X->English (XE) and all (ALL).
+
+IWSLT-14 and WMT'14 add SacreBLEU on Moses-detokenised text as a second figure.
 """
 
 import re
@@ -16,7 +12,8 @@ from dataclasses import dataclass
 from statistics import mean
 from typing import Dict, List, Tuple
 
-_LINE = re.compile(r"^([STHDP])-(\d+)\t(.*)$")
+_HYPOTHESIS = re.compile(r"^H-(\d+)\t[^\t\n]*\t?(.*)$", re.M)  # H-<id>\t<score>\t<text>
+_REFERENCE = re.compile(r"^T-(\d+)\t(.*)$", re.M)
 _BLEU = re.compile(r"^Generate \S+ with beam=\d+: (BLEU4? = ([0-9.]+).*)$", re.M)
 
 
@@ -32,17 +29,8 @@ class Generation:
 
 
 def parse_generate(text: str) -> Generation:
-    hyps: Dict[int, str] = {}
-    refs: Dict[int, str] = {}
-    for line in text.splitlines():
-        m = _LINE.match(line)
-        if not m:
-            continue
-        kind, idx, rest = m[1], int(m[2]), m[3]
-        if kind == "H":
-            hyps[idx] = rest.split("\t", 1)[1] if "\t" in rest else ""
-        elif kind == "T":
-            refs[idx] = rest
+    hyps = {int(i): line for i, line in _HYPOTHESIS.findall(text)}
+    refs = {int(i): line for i, line in _REFERENCE.findall(text)}
     if hyps.keys() != refs.keys():
         raise ValueError(f"fairseq-generate output has {len(hyps)} hypotheses for {len(refs)} references")
     order = sorted(hyps)
@@ -87,17 +75,19 @@ def sacrebleu_score(hypotheses: List[str], references: List[str], tokenize: str 
     return round(score.score, 2), str(metric.get_signature())
 
 
+def detokenized_sacrebleu(gen: Generation, lang: str) -> Tuple[float, str]:
+    """SacreBLEU of Moses-detokenised hypotheses against Moses-detokenised references."""
+    return sacrebleu_score(detokenize(gen.hypotheses, lang), detokenize(gen.references, lang))
+
+
 def sacrebleu_tokenizer(target_lang: str) -> str:
     return "zh" if target_lang.startswith("zh") else "13a"
-
-
-# ----------------------------------------------------------------------------- one table each
 
 
 def score_iwslt(gen: Generation, target_lang: str) -> dict:
     if gen.fairseq_bleu is None:
         raise ValueError("fairseq-generate printed no BLEU line")
-    sacre, signature = sacrebleu_score(detokenize(gen.hypotheses, target_lang), detokenize(gen.references, target_lang))
+    sacre, signature = detokenized_sacrebleu(gen, target_lang)
     return {
         "bleu": gen.fairseq_bleu,
         "bleu_detail": gen.fairseq_bleu_line,
@@ -114,9 +104,7 @@ def score_wmt(generations: Dict[str, Generation], target_lang: str) -> dict:
         bleu, detail = tokenized_bleu(
             [compound_split(h) for h in gen.hypotheses], [compound_split(r) for r in gen.references]
         )
-        sacre, signature = sacrebleu_score(
-            detokenize(gen.hypotheses, target_lang), detokenize(gen.references, target_lang)
-        )
+        sacre, signature = detokenized_sacrebleu(gen, target_lang)
         per_set[name] = {"bleu": bleu, "bleu_detail": detail, "sacrebleu": sacre, "sentences": len(gen.hypotheses)}
     return {
         "bleu": round(mean(s["bleu"] for s in per_set.values()), 2),

@@ -1,18 +1,10 @@
 """``results/tables.md``: the paper's four tables, measured / paper / difference per cell.
 
-A cell shows
-
-* its score, from ``results/cells/<cell>.json`` (written by ``scripts/evaluate.sh``),
-  only when that evaluation was made from a finished training (``"training":
-  {"state": "trained"}``) or says that it was not (``--allow-unfinished``); marked
-  with a dagger when the run departed from the paper's setting (CPU, another batch,
-  overrides, an unfinished training: listed under the table);
-* "fails" when the training diverged -- read from the evaluation's JSON, or from
-  the cell's ``train.log`` once a launch has ended (``training_log.divergence``,
-  the rule the paper's "fails" is compared with);
-* otherwise the training's state from the cell's folder (``status``): "not run",
-  "running or interrupted", "failed (exit N)" (its last log line under the table),
-  "trained, not evaluated" -- or "scheme not implemented".
+A cell shows its score from ``results/cells/<cell>.json`` when that evaluation was made from a finished
+training or says it was not (``--allow-unfinished``), with a dagger when the run departed from the
+paper's setting (the reasons are listed under the table); "fails" when the training diverged (read from
+that JSON, or from the cell's ``train.log`` once a launch has ended); otherwise the training's state
+(``status``; a failed training's last log line is listed under the table) or "scheme not implemented".
 """
 
 import json
