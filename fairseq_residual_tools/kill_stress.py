@@ -27,12 +27,13 @@ import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Callable, Optional
 
 import torch
 
-PLUGIN_DIR = str(Path(__file__).resolve().parents[1] / "fairseq_residual")
+from .runner import PLUGIN_DIR
 
 #: (layers, width, FFN width, heads, max tokens): ``large`` is the issue's 2-layer width-256 model (45 MB
 #: checkpoints with Adam's state on the demo corpus, 26 updates per epoch), ``small`` the make-test one (~3 MB,
@@ -42,54 +43,24 @@ SIZES = {"small": (2, 64, 128, 2, 512), "large": (2, 256, 1024, 4, 1024)}
 
 SAVING = "Saving checkpoint to"
 SAVED = "Saved checkpoint"
+_STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})", re.M)  # the logging.Formatter's asctime
 
 
 def train_command(databin, save_dir, size, max_update, seed=1):
     layers, width, ffn, heads, max_tokens = SIZES[size]
     model = []
     for side in ("encoder", "decoder"):
-        model += [f"--{side}-layers", str(layers), f"--{side}-embed-dim", str(width)]
-        model += [f"--{side}-ffn-embed-dim", str(ffn), f"--{side}-attention-heads", str(heads)]
-    return [
-        str(databin),
-        "--user-dir",
-        PLUGIN_DIR,
-        "--arch",
-        "residual_transformer",
-        *model,
-        "--share-all-embeddings",
-        "--dropout",
-        "0.1",
-        "--optimizer",
-        "adam",
-        "--lr",
-        "1e-3",
-        "--criterion",
-        "label_smoothed_cross_entropy",
-        "--label-smoothing",
-        "0.1",
-        "--max-tokens",
-        str(max_tokens),
-        "--max-update",
-        str(max_update),
-        "--cpu",
-        "--num-workers",
-        "0",
-        "--save-dir",
-        str(save_dir),
-        "--save-interval-updates",
-        "1",
-        "--keep-interval-updates",
-        "3",
-        "--keep-last-epochs",
-        "2",
-        "--log-format",
-        "simple",
-        "--log-interval",
-        "1",
-        "--seed",
-        str(seed),
+        model += [f"--{side}-layers", layers, f"--{side}-embed-dim", width]
+        model += [f"--{side}-ffn-embed-dim", ffn, f"--{side}-attention-heads", heads]
+    argv = [
+        *(databin, "--user-dir", PLUGIN_DIR, "--arch", "residual_transformer", *model),
+        *("--share-all-embeddings", "--dropout", "0.1", "--optimizer", "adam", "--lr", "1e-3"),
+        *("--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"),
+        *("--max-tokens", max_tokens, "--max-update", max_update, "--cpu", "--num-workers", "0"),
+        *("--save-dir", save_dir, "--save-interval-updates", "1", "--keep-interval-updates", "3"),
+        *("--keep-last-epochs", "2", "--log-format", "simple", "--log-interval", "1", "--seed", seed),
     ]
+    return list(map(str, argv))
 
 
 def start_training(argv, log_path, in_child: Optional[Callable[[], None]] = None) -> int:
@@ -304,16 +275,10 @@ def _fresh(save_dir, log_path):
 
 def _seconds_to_first_save(log) -> float:
     """Seconds from the run's first log line to its first save: the span random kills are drawn from."""
-    stamps = re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})", log, flags=re.M)
-    first_save = log.find(SAVING)
-    if not stamps or first_save < 0:
+    if SAVING not in log:
         return 5.0
-    before = re.findall(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d),(\d{3})", log[:first_save], flags=re.M)
-
-    def seconds(stamp):
-        return time.mktime(time.strptime(stamp[0], "%Y-%m-%d %H:%M:%S")) + int(stamp[1]) / 1000
-
-    return max(0.5, seconds(before[-1]) - seconds(stamps[0]))
+    stamps = [datetime.strptime(s, "%Y-%m-%d %H:%M:%S,%f") for s in _STAMP.findall(log[: log.find(SAVING)])]
+    return max(0.5, (stamps[-1] - stamps[0]).total_seconds()) if stamps else 5.0
 
 
 def _compare(report, final_path, reference_path):

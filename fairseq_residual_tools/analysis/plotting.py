@@ -20,6 +20,11 @@ def scheme_colors(schemes):
     return {s: cycle[order.index(s) % len(cycle)] for s in schemes}
 
 
+def save(fig, path, dpi):
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)
+
+
 def plot_training_curves(results, path, curve, ylabel):
     """CPU study: one panel per (depth, warmup), one line per scheme and seed."""
     depths = sorted({r["layers"] for r in results})
@@ -33,16 +38,10 @@ def plot_training_curves(results, path, curve, ylabel):
             for r in results:
                 if (r["layers"], r["warmup"]) != (depth, warmup) or not r[curve]:
                     continue
-                steps, losses = zip(*r[curve])
                 label = f"{r['scheme']} seed {r['seed']}" + (" (fails)" if r["fails"] else "")
-                ax.plot(
-                    steps,
-                    losses,
-                    SEED_STYLES[seeds.index(r["seed"]) % len(SEED_STYLES)],
-                    color=colors[r["scheme"]],
-                    label=label,
-                    marker="." if curve == "valid_curve" else None,
-                )
+                style = SEED_STYLES[seeds.index(r["seed"]) % len(SEED_STYLES)]
+                marker = "." if curve == "valid_curve" else None
+                ax.plot(*zip(*r[curve]), style, color=colors[r["scheme"]], label=label, marker=marker)
             ax.set_title(f"E{depth}D{depth}, warmup {'yes' if warmup else 'no'}")
             ax.set_xlabel("updates")
             ax.grid(alpha=0.3)
@@ -51,8 +50,7 @@ def plot_training_curves(results, path, curve, ylabel):
             ax.legend(fontsize=7)
     fig.suptitle("CPU-scale study on the synthetic corpus (small-scale analogue)")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path, dpi=100)
 
 
 PROFILE_LABELS = {
@@ -108,24 +106,13 @@ def plot_profiles(summary, metric, path):
                     continue
                 mean, std = cell[side][metric]["mean"], cell[side][metric]["std"]
                 ks = list(range(1, len(mean) + 1))
+                lower, upper = [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)]
                 ax.plot(ks, mean, color=colors[scheme], label=scheme)
-                ax.fill_between(
-                    ks,
-                    [m - s for m, s in zip(mean, std)],
-                    [m + s for m, s in zip(mean, std)],
-                    color=colors[scheme],
-                    alpha=0.2,
-                )
+                ax.fill_between(ks, lower, upper, color=colors[scheme], alpha=0.2)
                 for name, shape, style in _references(scheme, metric) if len(mean) >= 2 else []:
                     c = probes.fit_shape(mean, shape)["c"]
-                    ax.plot(
-                        ks,
-                        [c * shape(k, len(mean)) for k in ks],
-                        style,
-                        color=colors[scheme],
-                        lw=1,
-                        label=f"{scheme}: fitted {name}",
-                    )
+                    fitted = [c * shape(k, len(mean)) for k in ks]
+                    ax.plot(ks, fitted, style, color=colors[scheme], lw=1, label=f"{scheme}: fitted {name}")
             if metric != "cosine":
                 ax.set_yscale("log")
             ax.set_title(f"{side}, N = {depth}")
@@ -135,8 +122,7 @@ def plot_profiles(summary, metric, path):
                 ax.set_ylabel(PROFILE_LABELS[metric])
     fig.suptitle(f"{PROFILE_LABELS[metric]} at initialisation (shaded: ± std over seeds)")
     _figure_legend(fig, axes)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save(fig, path, dpi=90)
 
 
 def plot_versus_depth(runs, path):
@@ -158,13 +144,9 @@ def plot_versus_depth(runs, path):
                 depths = sorted({r["layers"] for r in runs if r["scheme"] == scheme})
                 stats = []
                 for depth in depths:
-                    vals = [
-                        value(r[side][metric])
-                        for r in runs
-                        if (r["scheme"], r["layers"]) == (scheme, depth) and r[side][metric]
-                    ]
-                    mean, std = probes.mean_std([[v] for v in vals])
-                    stats.append((depth, mean[0], std[0]))
+                    cell = [r[side][metric] for r in runs if (r["scheme"], r["layers"]) == (scheme, depth)]
+                    (mean,), (std,) = probes.mean_std([[value(v)] for v in cell if v])
+                    stats.append((depth, mean, std))
                 if stats:
                     xs, ms, ss = zip(*stats)
                     ax.errorbar(xs, ms, yerr=ss, marker="o", capsize=3, color=colors[scheme], label=scheme)
@@ -175,8 +157,7 @@ def plot_versus_depth(runs, path):
             ax.grid(alpha=0.3)
     fig.suptitle("Probes at initialisation versus depth (mean ± std over seeds)")
     _figure_legend(fig, axes)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    save(fig, path, dpi=90)
 
 
 def plot_probes(summary, runs, out):

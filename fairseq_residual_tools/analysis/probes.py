@@ -37,6 +37,7 @@ import argparse
 import dataclasses
 import json
 import math
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -97,15 +98,8 @@ def build_at_init(task, scheme: str, layers: int, dim: int, heads: int, ffn: int
         activation_dropout=0.0,
         share_all_embeddings=task.source_dictionary == task.target_dictionary,
     )
-    for side in STACKS:
-        overrides.update(
-            {
-                f"{side}_layers": layers,
-                f"{side}_embed_dim": dim,
-                f"{side}_ffn_embed_dim": ffn,
-                f"{side}_attention_heads": heads,
-            }
-        )
+    sizes = {"layers": layers, "embed_dim": dim, "ffn_embed_dim": ffn, "attention_heads": heads}
+    overrides.update({f"{side}_{key}": value for side in STACKS for key, value in sizes.items()})
     torch.manual_seed(seed)
     cfg = dataclasses.replace(ResidualTransformerConfig(), **overrides)
     return ResidualTransformerModel.build_model(cfg, task).eval()
@@ -200,23 +194,17 @@ def post_ln_gradient_shape(k, n):
 
 def fit_shape(values: Sequence[float], shape) -> Dict[str, float]:
     """Least squares of log y = log c + log s(k): c and the RMS log residual (0 = exact shape)."""
-    n = len(values)
-    logs = [math.log(v) - math.log(shape(k, n)) for k, v in enumerate(values, 1)]
-    log_c = sum(logs) / n
-    rms = math.sqrt(sum((x - log_c) ** 2 for x in logs) / n)
-    return {"c": math.exp(log_c), "rms_log_residual": rms}
+    logs = [math.log(v) - math.log(shape(k, len(values))) for k, v in enumerate(values, 1)]
+    return {"c": math.exp(statistics.fmean(logs)), "rms_log_residual": statistics.pstdev(logs)}
 
 
 def fit_geometric_decay(values: Sequence[float]) -> Dict[str, float]:
     """Fit g_k = c * r^(N-k) (log-linear least squares); r < 1 means decay toward the bottom."""
-    n = len(values)
-    xs = [n - k for k in range(1, n + 1)]
+    xs = [len(values) - k for k in range(1, len(values) + 1)]
     ys = [math.log(v) for v in values]
-    mx, my = sum(xs) / n, sum(ys) / n
-    sxx = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
-    rms = math.sqrt(sum((y - (my + slope * (x - mx))) ** 2 for x, y in zip(xs, ys)) / n)
-    return {"r": math.exp(slope), "c": math.exp(my - slope * mx), "rms_log_residual": rms}
+    slope, log_c = statistics.linear_regression(xs, ys) if len(values) > 1 else (0.0, ys[0])
+    rms = math.sqrt(statistics.fmean((y - (log_c + slope * x)) ** 2 for x, y in zip(xs, ys)))
+    return {"r": math.exp(slope), "c": math.exp(log_c), "rms_log_residual": rms}
 
 
 def fits(profile: Dict[str, List[float]]) -> Optional[Dict]:
@@ -237,10 +225,9 @@ def fits(profile: Dict[str, List[float]]) -> Optional[Dict]:
 
 
 def mean_std(rows: List[List[float]]):
+    """Per column: the mean and the population standard deviation."""
     cols = list(zip(*rows))
-    means = [sum(c) / len(c) for c in cols]
-    stds = [math.sqrt(sum((x - m) ** 2 for x in c) / len(c)) for c, m in zip(cols, means)]
-    return means, stds
+    return [statistics.fmean(c) for c in cols], [statistics.pstdev(c) for c in cols]
 
 
 def aggregate(runs: List[Dict]) -> Dict:
@@ -351,16 +338,8 @@ def main(argv=None):
         runs = []
         for i, path in enumerate(args.checkpoint):
             model, task = load_checkpoint(path, data)
-            batch = load_batch(task, args.split, args.sentences)
-            runs.append(
-                dict(
-                    scheme=model.residual_scheme,
-                    layers=len(model.encoder.layers),
-                    seed=i,
-                    checkpoint=str(path),
-                    **probe(model, batch),
-                )
-            )
+            run = dict(scheme=model.residual_scheme, layers=len(model.encoder.layers), seed=i, checkpoint=str(path))
+            runs.append({**run, **probe(model, load_batch(task, args.split, args.sentences))})
     else:
         task = translation_task(data)
         batch = load_batch(task, args.split, args.sentences)

@@ -8,25 +8,16 @@ from ..provenance import describe
 from . import probes
 
 
-def _by_cell(runs: List[Dict]):
-    cells: Dict = {}
-    for run in runs:
-        cells.setdefault((run["scheme"], run["layers"]), []).append(run)
-    return cells
-
-
 def _depth_table(runs: List[Dict], value: Callable[[Dict], float], fmt: str) -> str:
     """Rows scheme, columns 'stack N' with mean ± std over seeds of value(run[stack])."""
-    cells = _by_cell(runs)
-    schemes = list(dict.fromkeys(r["scheme"] for r in runs))
     depths = sorted({r["layers"] for r in runs})
     header = [f"{side[:3]} N={d}" for side in probes.STACKS for d in depths]
     rows = []
-    for scheme in schemes:
+    for scheme in dict.fromkeys(r["scheme"] for r in runs):
         row = [scheme]
         for side in probes.STACKS:
             for d in depths:
-                group = cells.get((scheme, d), [])
+                group = [r for r in runs if (r["scheme"], r["layers"]) == (scheme, d)]
                 if not group:
                     row.append("")
                     continue

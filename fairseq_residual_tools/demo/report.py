@@ -98,7 +98,7 @@ def samples(rows: List[Dict], sources: List[str], references: List[str], count: 
 
 def plot_curves(rows: List[Dict], path: Path):
     """Training loss per update, one panel per depth, one line per scheme (failed runs marked)."""
-    from ..analysis.plotting import plt, scheme_colors
+    from ..analysis.plotting import plt, save, scheme_colors
 
     depths = list(dict.fromkeys(r["layers"] for r in rows))
     colors = scheme_colors(list(dict.fromkeys(r["scheme"] for r in rows)))
@@ -106,9 +106,8 @@ def plot_curves(rows: List[Dict], path: Path):
     for ax, layers in zip(axes[0], depths):
         for r in rows:
             if r["layers"] == layers and r["train_curve"]:
-                steps, losses = zip(*r["train_curve"])
                 label = name(r["scheme"]) + (" (fails)" if r["fails"] else "")
-                ax.plot(steps, losses, color=colors[r["scheme"]], label=label)
+                ax.plot(*zip(*r["train_curve"]), color=colors[r["scheme"]], label=label)
         ax.set_title(depth_label(layers, next(r.get("depth") for r in rows if r["layers"] == layers)))
         ax.set_xlabel("updates")
         ax.set_ylabel("training loss (label-smoothed CE, base 2)")
@@ -116,8 +115,7 @@ def plot_curves(rows: List[Dict], path: Path):
         ax.legend()
     fig.suptitle("make demo: the embedded synthetic corpus on CPU")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    save(fig, path, dpi=100)
 
 
 def write_report(rows: List[Dict], meta: Dict, sources: List[str], references: List[str], out) -> str:
