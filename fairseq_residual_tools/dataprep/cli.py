@@ -1,26 +1,37 @@
-"""What the four ``prepare-*`` entry points share: options, archive handling, error reporting."""
+"""What the four ``prepare-*`` entry points share: the parser, options, archive handling, error reporting."""
 
 import argparse
 import logging
 import os
-import shutil
 import sys
 import tarfile
 import zlib
 from pathlib import Path
 from typing import Callable, List, Optional
 
-from ..errors import DataError, UserError
+from ..errors import DataError, exit_on_user_error
 from .download import Checksums, fetch
+from .formats import atomic_outputs
 
 
-def add_common_options(parser: argparse.ArgumentParser, default_out: str, required=False):
+def recipe_parser(name: str, doc: str) -> argparse.ArgumentParser:
+    """The parser of ``prepare-<name>.sh``; its description is the first paragraph of the recipe's ``doc``."""
+    return argparse.ArgumentParser(
+        prog=f"prepare-{name}.sh",
+        description=doc.split("\n\n")[0],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+
+
+def add_common_options(parser: argparse.ArgumentParser, default_out: Optional[str], base_url_env: Optional[str] = None):
+    """The options every recipe has (``--out`` is required without ``default_out``), and with
+    ``base_url_env`` those of downloading; returns ``parser``."""
     parser.add_argument(
         "--out",
-        required=required,
+        required=default_out is None,
         help="output folder: bin/ (the fairseq data-bin), text/ (subword text and BPE "
         "codes / SentencePiece model, for BLEU), tmp/ (intermediate text), downloads/"
-        + ("" if required else f"; default {default_out}"),
+        + ("" if default_out is None else f"; default {default_out}"),
     )
     parser.add_argument(
         "--workers",
@@ -34,9 +45,8 @@ def add_common_options(parser: argparse.ArgumentParser, default_out: str, requir
         help="redo every stage (verified archives are kept; delete them to download again)",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress display")
-
-
-def add_download_options(parser: argparse.ArgumentParser, base_url_env: str):
+    if base_url_env is None:
+        return parser
     parser.add_argument(
         "--download-dir",
         help="where archives are kept (default OUT/downloads); "
@@ -54,6 +64,7 @@ def add_download_options(parser: argparse.ArgumentParser, base_url_env: str):
     parser.add_argument(
         "--record-checksum", action="store_true", help="pin the sha256 of an archive that has no recorded checksum yet"
     )
+    return parser
 
 
 def setup_logging(quiet: bool):
@@ -69,12 +80,7 @@ def run_main(prepare: Callable, parser: argparse.ArgumentParser, argv: Optional[
     """Parse, prepare, and report a user error as one line ``error: ...`` with exit status 1."""
     args = parser.parse_args(argv)
     setup_logging(args.quiet)
-    try:
-        prepare(args)
-    except UserError as e:
-        sys.stderr.write(f"error: {e}\n")
-        return 1
-    return 0
+    return exit_on_user_error(prepare, args)
 
 
 class ArchiveSource:
@@ -87,11 +93,6 @@ class ArchiveSource:
         self.record = args.record_checksum
         self.quiet = args.quiet
 
-    def fetch(self, name: str) -> Path:
-        return fetch(
-            self.checksums.archive(name), self.download_dir, self.checksums, self.base_url, self.record, self.quiet
-        )
-
     def identity(self, name: str) -> dict:
         """What identifies archive ``name`` (its pinned checksum), for the record of the stage that extracts it.
 
@@ -100,16 +101,17 @@ class ArchiveSource:
         archive = self.checksums.archive(name)
         return {"archive": name, "sha256": archive.sha256 or archive.md5}
 
-    def extract(self, name: str, members: List[str], dest: Path):
-        """Fetch ``name`` and extract ``members`` (paths inside it) into the folder ``dest``."""
-        path = self.fetch(name)
-        dest = Path(dest)
-        tmp = Path(f"{dest}.tmp{os.getpid()}")
-        if tmp.exists():
-            shutil.rmtree(tmp)
+    def extract(self, name: str, members, dest: Path):
+        """Fetch ``name`` and extract ``members`` into the folder ``dest``: paths inside the archive,
+        or a function choosing them from the set of its paths."""
+        path = fetch(
+            self.checksums.archive(name), self.download_dir, self.checksums, self.base_url, self.record, self.quiet
+        )
         try:
-            with tarfile.open(path) as tar:
+            with tarfile.open(path) as tar, atomic_outputs([Path(dest)]) as (tmp,):
                 names = set(tar.getnames())
+                if callable(members):
+                    members = members(names)
                 missing = [m for m in members if m not in names]
                 if missing:
                     raise DataError(
@@ -117,13 +119,7 @@ class ArchiveSource:
                         f"(it holds {len(names)} entries)"
                     )
                 tar.extractall(tmp, members=[tar.getmember(m) for m in members], filter="data")
-            if dest.exists():
-                shutil.rmtree(dest)
-            os.replace(tmp, dest)
         except DataError:
             raise
         except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
             raise DataError(f"cannot read archive {path}: {e}") from None
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp)

@@ -12,16 +12,13 @@ valid and (optionally) test.
 The output is ``bin/`` (joined dictionary, both directions usable) and ``text/``.
 """
 
-import argparse
-import json
 import re
+from functools import partial
 from pathlib import Path
 
 from ..errors import DataError
 from . import pipeline
-from .cli import add_common_options, run_main
-from .formats import write_lines
-from .iwslt14 import same_length
+from .cli import add_common_options, recipe_parser, run_main
 from .moses import TextSteps, clean_corpus, process_file
 from .translation import translation_record
 
@@ -41,9 +38,8 @@ def prepare(args) -> pipeline.Stages:
     for prefix in prefixes.values():
         pipeline.check_parallel(prefix, src, tgt)
 
-    out = Path(args.out)
-    tmp, text, databin = out / "tmp", out / "text", out / "bin"
-    stages = pipeline.Stages(out / "stages.json", force=args.force)
+    stages = pipeline.RecipeStages("custom", args, args.out)
+    tmp, text = stages.tmp, stages.text
     w, quiet = args.workers, args.quiet
     tokenize = args.tokenize or ("moses" if args.subword == "bpe" else "none")
     langs = (src, tgt)
@@ -56,103 +52,71 @@ def prepare(args) -> pipeline.Stages:
             stages.run(
                 f"tokenize.{split}.{lang}",
                 [dst],
-                lambda s=steps, r=raw, d=dst: process_file(s, r, d, workers=w, quiet=quiet),
-                options={"tokenize": tokenize, "lowercase": args.lowercase},
+                partial(process_file, steps, raw, dst, workers=w, quiet=quiet),
+                options=stages.options("lowercase", tokenize=tokenize),
                 inputs=[raw],
             )
         tok[split] = tmp / f"{split}.tok"
     if args.max_len > 0:
+        clean = partial(
+            clean_corpus, str(tok["train"]), src, tgt, str(tmp / "train.clean"), 1, args.max_len, args.ratio
+        )
         stages.run(
-            "clean.train",
-            [tmp / f"train.clean.{l}" for l in langs],
-            lambda: clean_corpus(str(tok["train"]), src, tgt, str(tmp / "train.clean"), 1, args.max_len, args.ratio),
-            options={"max_len": args.max_len, "ratio": args.ratio},
+            "clean.train", [tmp / f"train.clean.{l}" for l in langs], clean, options=stages.options("max_len", "ratio")
         )
         tok["train"] = tmp / "train.clean"
 
+    train_text = [Path(f"{tok['train']}.{l}") for l in langs]
     if args.subword == "bpe":
         codes = text / "code"
-        stages.run(
-            "learn-bpe",
-            [codes],
-            lambda: pipeline.learn_joint_bpe(
-                [Path(f"{tok['train']}.{l}") for l in langs], codes, args.bpe_merges, force=True, workers=w
-            ),
-            options={"bpe_merges": args.bpe_merges, "train_text": str(tok["train"])},
-        )
-        encode = lambda inp, dst: pipeline.apply_bpe(codes, inp, dst, force=True, workers=w)  # noqa: E731
+        learn = partial(pipeline.learn_joint_bpe, train_text, codes, args.bpe_merges, force=True, workers=w)
+        stages.run("learn-bpe", [codes], learn, options=stages.options("bpe_merges", train_text=str(tok["train"])))
+        encode = partial(pipeline.apply_bpe, codes, force=True, workers=w)
     else:
+        sample = tmp / "spm.input.txt"
         stages.run(
             "spm-sample",
-            [tmp / "spm.input.txt"],
-            lambda: pipeline.concatenate([Path(f"{tok['train']}.{l}") for l in langs], tmp / "spm.input.txt"),
+            [sample],
+            partial(pipeline.concatenate, train_text, sample),
             options={"train_text": str(tok["train"])},
         )
-        stages.run(
-            "spm-train",
-            [text / "spm.model", text / "spm.vocab"],
-            lambda: pipeline.train_sentencepiece(
-                tmp / "spm.input.txt", text / "spm", args.spm_vocab, workers=w, force=True
-            ),
-            options={"spm_vocab": args.spm_vocab},
-        )
-        encode = lambda inp, dst: pipeline.apply_sentencepiece(  # noqa: E731
-            text / "spm.model", inp, dst, force=True, workers=w, quiet=quiet
-        )
+        spm = partial(pipeline.train_sentencepiece, sample, text / "spm", args.spm_vocab, workers=w)
+        stages.run("spm-train", [text / "spm.model", text / "spm.vocab"], spm, options=stages.options("spm_vocab"))
+        encode = partial(pipeline.apply_sentencepiece, text / "spm.model", workers=w, quiet=quiet)
     for split in prefixes:
         for lang in langs:
-            dst = text / f"{split}.{lang}"
+            inp, dst = Path(f"{tok[split]}.{lang}"), text / f"{split}.{lang}"
             stages.run(
                 f"subwords.{split}.{lang}",
                 [dst],
-                lambda s=split, l=lang, d=dst: encode(Path(f"{tok[s]}.{l}"), d),
-                options={"subword": args.subword, "text": str(tok[split])},
+                partial(encode, inp, dst),
+                options=stages.options("subword", text=str(tok[split])),
             )
 
     for split in prefixes:
-        if same_length([text / f"{split}.{l}" for l in langs]) == 0:
+        if pipeline.same_length([text / f"{split}.{l}" for l in langs]) == 0:
             raise DataError(f"no {split} pairs left after cleaning {prefixes[split]}.{{{src},{tgt}}}")
-    stages.run(
-        "binarise",
-        [databin / "preprocess.done"],
-        lambda: pipeline.fairseq_preprocess(
-            {s: str(text / s) for s in prefixes}, src, tgt, databin, joined=True, workers=w, force=True
+    stages.binarise({s: str(text / s) for s in prefixes}, splits=sorted(prefixes))
+    stages.summary(
+        lambda: {s: pipeline.same_length([text / f"{s}.{l}" for l in langs]) for s in prefixes},
+        subword=args.subword,
+        tokenize=tokenize,
+        inputs=prefixes,
+        translation=translation_record(
+            stages.out,
+            src,
+            tgt,
+            moses=tokenize == "moses",
+            lowercase=args.lowercase,
+            bpe_codes=text / "code" if args.subword == "bpe" else None,
+            sentencepiece_model=text / "spm.model" if args.subword == "sentencepiece" else None,
         ),
-        options={"src": src, "tgt": tgt, "splits": sorted(prefixes)},
     )
-
-    def summary():
-        pairs = {s: same_length([text / f"{s}.{l}" for l in langs]) for s in prefixes}
-        info = {
-            "recipe": "custom",
-            "pairs": pairs,
-            "subword": args.subword,
-            "tokenize": tokenize,
-            "inputs": prefixes,
-            "data_bin": str(databin),
-            "translation": translation_record(
-                out,
-                src,
-                tgt,
-                moses=tokenize == "moses",
-                lowercase=args.lowercase,
-                bpe_codes=text / "code" if args.subword == "bpe" else None,
-                sentencepiece_model=text / "spm.model" if args.subword == "sentencepiece" else None,
-            ),
-            "options": vars(args),
-        }
-        write_lines(out / "summary.json", [json.dumps(info, indent=1)])
-
-    stages.run("summary", [out / "summary.json"], summary, options=vars(args))
     return stages
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
-        prog="prepare-custom.sh",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = recipe_parser("custom", __doc__)
     parser.add_argument("--train-prefix", required=True, help="training text PREFIX.{src,tgt}")
     parser.add_argument("--valid-prefix", required=True, help="validation text PREFIX.{src,tgt}")
     parser.add_argument("--test-prefix", help="test text PREFIX.{src,tgt} (optional)")
@@ -167,8 +131,7 @@ def build_parser():
     parser.add_argument("--spm-vocab", type=int, default=8000)
     parser.add_argument("--max-len", type=int, default=250, help="clean train to 1..N tokens (0: no cleaning)")
     parser.add_argument("--ratio", type=float, default=1.5, help="clean train: maximum length ratio")
-    add_common_options(parser, default_out="", required=True)
-    return parser
+    return add_common_options(parser, None)
 
 
 def main(argv=None) -> int:

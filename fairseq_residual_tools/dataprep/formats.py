@@ -1,14 +1,19 @@
-"""Readers for the release formats: IWSLT's tagged training text and the
-``<seg id="N">`` lines of IWSLT's XML and WMT's SGML test sets; text lines
-that must be UTF-8 (``utf8_lines``).
+"""Reading and writing text: UTF-8 lines that name the file and line of a bad byte, outputs that
+appear only when complete (``atomic_outputs``), and the release formats -- IWSLT's tagged training
+text and the ``<seg id="N">`` lines of IWSLT's XML and WMT's SGML test sets.
 
-Both follow fairseq's recipes line for line (``grep``/``sed`` there), so that
+The release readers follow fairseq's recipes line for line (``grep``/``sed`` there), so that
 the prepared text has the recipe's line counts.
 """
 
+import itertools
+import json
+import os
 import re
+import shutil
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List
+from typing import Iterator, List, Sequence
 
 from ..errors import DataError
 
@@ -19,6 +24,30 @@ _IWSLT_STRIPPED = ("<title>", "</title>", "<description>", "</description>")
 
 _SEG_OPEN = re.compile(r'<seg id="[0-9]*">\s*')
 _SEG_CLOSE = re.compile(r"\s*</seg>\s*")
+
+
+def _remove(path: Path):
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+
+
+@contextmanager
+def atomic_outputs(paths: Sequence[Path]):
+    """Yield temporary paths; rename them onto ``paths`` (replacing a folder there) only if the block succeeds."""
+    tmp = [Path(f"{p}.tmp{os.getpid()}") for p in paths]
+    for t in tmp:
+        _remove(t)  # left by a killed run whose process id this one has again
+    try:
+        yield tmp
+        for t, p in zip(tmp, paths):
+            if Path(p).is_dir():
+                shutil.rmtree(p)
+            os.replace(t, p)
+    finally:
+        for t in tmp:
+            _remove(t)
 
 
 def utf8_lines(path: Path) -> Iterator[str]:
@@ -37,6 +66,13 @@ def utf8_lines(path: Path) -> Iterator[str]:
                     f"{path} line {number} is not UTF-8 (byte 0x{raw[e.start]:02x} at column {e.start + 1}): "
                     "convert the file, e.g. iconv -f LATIN1 -t UTF-8"
                 ) from None
+
+
+def utf8_chunks(path: Path, size: int) -> Iterator[List[str]]:
+    """The lines of ``path`` (as ``utf8_lines``) in lists of ``size``."""
+    lines = utf8_lines(path)
+    while chunk := list(itertools.islice(lines, size)):
+        yield chunk
 
 
 def iwslt_train_lines(path: Path) -> List[str]:
@@ -73,7 +109,9 @@ def seg_lines(path: Path) -> List[str]:
 
 
 def write_lines(path: Path, lines: List[str]):
-    from .pipeline import atomic_outputs
-
     with atomic_outputs([Path(path)]) as (tmp,), open(tmp, "w", encoding="utf-8") as f:
         f.writelines(line + "\n" for line in lines)
+
+
+def write_json(path: Path, value):
+    write_lines(path, [json.dumps(value, indent=1)])

@@ -17,13 +17,12 @@ One data-bin serves both directions: fairseq's translation task reads the
 ``de-en`` files for ``--source-lang en --target-lang de`` as well.
 """
 
-import argparse
-import json
+from functools import partial
 from pathlib import Path
 
 from ..errors import DataError
 from . import pipeline
-from .cli import ArchiveSource, add_common_options, add_download_options, run_main
+from .cli import ArchiveSource, add_common_options, recipe_parser, run_main
 from .formats import iwslt_train_lines, seg_lines, write_lines
 from .moses import TextSteps, clean_corpus, process_file, process_lines
 from .translation import translation_record
@@ -31,6 +30,7 @@ from .translation import translation_record
 ARCHIVE = "de-en.tgz"
 LANGS = ("de", "en")
 PAIR = "de-en"
+SPLITS = ("train", "valid", "test")
 TEST_SETS = (
     "IWSLT14.TED.dev2010",
     "IWSLT14.TEDX.dev2012",
@@ -48,77 +48,44 @@ def archive_members():
     return members
 
 
-def split_every(inp: Path, every: int, kept: Path, taken: Path):
-    """awk 'NR%every==0' -> taken, the other lines -> kept."""
-    with (
-        pipeline.atomic_outputs([kept, taken]) as (tk, tt),
-        open(inp, encoding="utf-8") as f,
-        open(tk, "w", encoding="utf-8") as k,
-        open(tt, "w", encoding="utf-8") as t,
-    ):
-        for n, line in enumerate(f, start=1):
-            (t if n % every == 0 else k).write(line)
-
-
-def same_length(paths):
-    counts = {str(p): pipeline.count_lines(p) for p in paths}
-    if len(set(counts.values())) != 1:
-        raise DataError("line counts differ: " + ", ".join(f"{p} has {n}" for p, n in counts.items()))
-    return next(iter(counts.values()))
-
-
 def prepare(args) -> pipeline.Stages:
     if {args.src, args.tgt} != set(LANGS):
         raise DataError(
             f"IWSLT-14 here is German-English: use --src de --tgt en or --src en --tgt de "
             f"(got --src {args.src} --tgt {args.tgt})"
         )
-    out = Path(args.out or f"data-bin/iwslt14.{args.src}-{args.tgt}")
-    orig, tmp, text, databin = out / "orig", out / "tmp", out / "text", out / "bin"
-    source = ArchiveSource(args, out)
-    stages = pipeline.Stages(out / "stages.json", force=args.force)
+    stages = pipeline.RecipeStages("iwslt14", args, args.out or f"data-bin/iwslt14.{args.src}-{args.tgt}")
+    orig, tmp, text = stages.orig, stages.tmp, stages.text
+    source = ArchiveSource(args, stages.out)
     w, quiet = args.workers, args.quiet
     raw = orig / PAIR
 
     stages.run(
-        "extract", [raw], lambda: source.extract(ARCHIVE, archive_members(), orig), options=source.identity(ARCHIVE)
+        "extract", [raw], partial(source.extract, ARCHIVE, archive_members(), orig), options=source.identity(ARCHIVE)
     )
-
     for l in LANGS:
-        stripped = tmp / f"train.tags.{PAIR}.raw.{l}"
+        stripped, tok = tmp / f"train.tags.{PAIR}.raw.{l}", tmp / f"train.tags.{PAIR}.tok.{l}"
         stages.run(
             f"train-text.{l}",
             [stripped],
             lambda l=l, s=stripped: write_lines(s, iwslt_train_lines(raw / f"train.tags.{PAIR}.{l}")),
         )
-        tok = tmp / f"train.tags.{PAIR}.tok.{l}"
         stages.run(
-            f"tokenize.{l}",
-            [tok],
-            lambda l=l, s=stripped, t=tok: process_file(TextSteps(lang=l), s, t, workers=w, quiet=quiet),
+            f"tokenize.{l}", [tok], partial(process_file, TextSteps(lang=l), stripped, tok, workers=w, quiet=quiet)
         )
 
     tok_prefix, clean_prefix = tmp / f"train.tags.{PAIR}.tok", tmp / f"train.tags.{PAIR}.clean"
 
     def clean():
-        same_length([Path(f"{tok_prefix}.{l}") for l in LANGS])
+        pipeline.same_length([Path(f"{tok_prefix}.{l}") for l in LANGS])
         clean_corpus(str(tok_prefix), "de", "en", str(clean_prefix), 1, 175, 1.5)
 
     stages.run("clean", [Path(f"{clean_prefix}.{l}") for l in LANGS], clean)
     for l in LANGS:
-        lower = tmp / f"train.tags.{PAIR}.{l}"
-        stages.run(
-            f"lowercase.{l}",
-            [lower],
-            lambda l=l, lo=lower: process_file(
-                TextSteps(lang=l, tokenize=False, lowercase=True), Path(f"{clean_prefix}.{l}"), lo, quiet=quiet
-            ),
-        )
-        stages.run(
-            f"split-valid.{l}",
-            [tmp / f"train.{l}", tmp / f"valid.{l}"],
-            lambda l=l, lo=lower: split_every(lo, VALID_EVERY, tmp / f"train.{l}", tmp / f"valid.{l}"),
-        )
+        lower, train, valid = tmp / f"train.tags.{PAIR}.{l}", tmp / f"train.{l}", tmp / f"valid.{l}"
+        lowercase, cleaned = TextSteps(lang=l, tokenize=False, lowercase=True), Path(f"{clean_prefix}.{l}")
+        stages.run(f"lowercase.{l}", [lower], partial(process_file, lowercase, cleaned, lower, quiet=quiet))
+        stages.run(f"split-valid.{l}", [train, valid], partial(pipeline.split_every, lower, VALID_EVERY, train, valid))
 
     def test_set(l):
         lines = []
@@ -133,71 +100,35 @@ def prepare(args) -> pipeline.Stages:
         write_lines(tmp / f"test.{l}", lines)
 
     for l in LANGS:
-        stages.run(f"test.{l}", [tmp / f"test.{l}"], lambda l=l: test_set(l))
+        stages.run(f"test.{l}", [tmp / f"test.{l}"], partial(test_set, l))
 
     codes = text / "code"
-    stages.run(
-        "learn-bpe",
-        [codes],
-        lambda: pipeline.learn_joint_bpe(
-            [tmp / f"train.{l}" for l in LANGS], codes, args.bpe_merges, force=True, workers=w
-        ),
-        options={"bpe_merges": args.bpe_merges},
-    )
-    for split in ("train", "valid", "test"):
+    train_text = [tmp / f"train.{l}" for l in LANGS]
+    learn = partial(pipeline.learn_joint_bpe, train_text, codes, args.bpe_merges, force=True, workers=w)
+    stages.run("learn-bpe", [codes], learn, options={"bpe_merges": args.bpe_merges})
+    for split in SPLITS:
         for l in LANGS:
+            src, dst = tmp / f"{split}.{l}", text / f"{split}.{l}"
             stages.run(
-                f"apply-bpe.{split}.{l}",
-                [text / f"{split}.{l}"],
-                lambda s=split, l=l: pipeline.apply_bpe(
-                    codes, tmp / f"{s}.{l}", text / f"{s}.{l}", force=True, workers=w
-                ),
+                f"apply-bpe.{split}.{l}", [dst], partial(pipeline.apply_bpe, codes, src, dst, force=True, workers=w)
             )
 
-    stages.run(
-        "binarise",
-        [databin / "preprocess.done"],
-        lambda: pipeline.fairseq_preprocess(
-            {s: str(text / s) for s in ("train", "valid", "test")},
-            args.src,
-            args.tgt,
-            databin,
-            joined=True,
-            workers=w,
-            force=True,
-        ),
-        options={"src": args.src, "tgt": args.tgt},
+    stages.binarise({s: str(text / s) for s in SPLITS})
+    stages.summary(
+        lambda: {s: pipeline.same_length([text / f"{s}.{l}" for l in LANGS]) for s in SPLITS},
+        expected_pairs_real_release=EXPECTED_PAIRS,
+        bpe_merges=args.bpe_merges,
+        translation=translation_record(stages.out, args.src, args.tgt, moses=True, lowercase=True, bpe_codes=codes),
     )
-
-    def summary():
-        pairs = {s: same_length([text / f"{s}.{l}" for l in LANGS]) for s in ("train", "valid", "test")}
-        info = {
-            "recipe": "iwslt14",
-            "pairs": pairs,
-            "expected_pairs_real_release": EXPECTED_PAIRS,
-            "bpe_merges": args.bpe_merges,
-            "data_bin": str(databin),
-            "translation": translation_record(out, args.src, args.tgt, moses=True, lowercase=True, bpe_codes=codes),
-            "options": vars(args),
-        }
-        write_lines(out / "summary.json", [json.dumps(info, indent=1)])
-
-    stages.run("summary", [out / "summary.json"], summary, options=vars(args))
     return stages
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
-        prog="prepare-iwslt14.sh",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = recipe_parser("iwslt14", __doc__)
     parser.add_argument("--src", default="de", help="source language (de or en)")
     parser.add_argument("--tgt", default="en", help="target language (en or de)")
     parser.add_argument("--bpe-merges", type=int, default=10000, help="joint BPE merges (fairseq: 10000)")
-    add_common_options(parser, default_out="data-bin/iwslt14.SRC-TGT")
-    add_download_options(parser, "IWSLT14_BASE_URL")
-    return parser
+    return add_common_options(parser, "data-bin/iwslt14.SRC-TGT", "IWSLT14_BASE_URL")
 
 
 def main(argv=None) -> int:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import List
 
 from ..errors import DataError
+from .formats import atomic_outputs, utf8_chunks, utf8_lines
 from .progress import progress_bar
 
 
@@ -81,14 +82,6 @@ def _process_chunk(lines: List[str]) -> List[str]:
     return [_worker(line) for line in lines]
 
 
-def _chunks(f, size=2000):
-    while True:
-        chunk = list(itertools.islice(f, size))
-        if not chunk:
-            return
-        yield chunk
-
-
 def process_lines(steps: TextSteps, lines):
     """Apply ``steps`` in this process (for short inputs such as test sets)."""
     processor = _Processor(steps)
@@ -97,21 +90,18 @@ def process_lines(steps: TextSteps, lines):
 
 def process_file(steps: TextSteps, inp: Path, out: Path, workers=1, quiet=False):
     """Write ``steps`` applied to every line of ``inp`` to ``out`` (atomically)."""
-    from .formats import utf8_lines
-    from .pipeline import atomic_outputs
-
     progress = progress_bar(Path(out).name, quiet=quiet)
-    f = utf8_lines(inp)
+    chunks = utf8_chunks(inp, 2000)
     with atomic_outputs([out]) as (tmp,), open(tmp, "w", encoding="utf-8") as g:
         if workers > 1:
             ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
             with ctx.Pool(workers, initializer=_init_worker, initargs=(steps,)) as pool:
-                for result in pool.imap(_process_chunk, _chunks(f), chunksize=1):
+                for result in pool.imap(_process_chunk, chunks, chunksize=1):
                     g.write("\n".join(result) + "\n")
                     progress.update(len(result))
         else:
             processor = _Processor(steps)
-            for chunk in _chunks(f):
+            for chunk in chunks:
                 g.write("\n".join(processor(line) for line in chunk) + "\n")
                 progress.update(len(chunk))
     progress.close()
@@ -125,9 +115,6 @@ def clean_corpus(prefix_in: str, l1: str, l2: str, prefix_out: str, min_len: int
     characters; whitespace is normalised and, as in the Perl script, ``|`` is
     removed unless the first line looked factored. Returns the pairs kept.
     """
-    from .formats import utf8_lines
-    from .pipeline import atomic_outputs
-
     files_in = [Path(f"{prefix_in}.{l}") for l in (l1, l2)]
     files_out = [Path(f"{prefix_out}.{l}") for l in (l1, l2)]
     kept = 0

@@ -20,20 +20,19 @@
    are listed apart, in ``bin/train_only_lang_pairs.txt``.
 """
 
-import argparse
 import json
 import math
 import os
 import random
 import shutil
-import tarfile
+from functools import partial
 from pathlib import Path
 
 from ..errors import DataError
 from . import pipeline
-from .cli import ArchiveSource, add_common_options, add_download_options, run_main
+from .cli import ArchiveSource, add_common_options, recipe_parser, run_main
 from .download import Checksums
-from .formats import utf8_lines, write_lines
+from .formats import atomic_outputs, utf8_lines, write_json
 
 SPLITS = {"train": "train", "dev": "valid", "test": "test"}  # release name -> fairseq name
 
@@ -79,7 +78,7 @@ def sample_for_spm(pairs, orig: Path, out: Path, total: int, temperature: float,
     weights = {p: n ** (1.0 / temperature) for p, n in counts.items()}
     total = min(total, sum(counts.values()))
     rng = random.Random(seed)
-    with pipeline.atomic_outputs([out]) as (tmp,), open(tmp, "w", encoding="utf-8") as g:
+    with atomic_outputs([out]) as (tmp,), open(tmp, "w", encoding="utf-8") as g:
         for p in pairs:
             quota = min(counts[p], max(1, math.floor(total * weights[p] / sum(weights.values()))))
             chosen = set(rng.sample(range(counts[p]), quota))
@@ -89,36 +88,35 @@ def sample_for_spm(pairs, orig: Path, out: Path, total: int, temperature: float,
 
 
 def prepare(args) -> pipeline.Stages:
-    out = Path(args.out or "data-bin/opus100")
-    orig, tmp, text, databin = out / "orig", out / "tmp", out / "text", out / "bin"
-    source = ArchiveSource(args, out)
+    stages = pipeline.RecipeStages("opus100", args, args.out or "data-bin/opus100")
+    orig, tmp, text, databin = stages.orig, stages.tmp, stages.text, stages.databin
+    source = ArchiveSource(args, stages.out)
     langs = parse_langs(args.langs, source.checksums)
     pairs = [pair_of(l) for l in langs]
-    stages = pipeline.Stages(out / "stages.json", force=args.force)
-    w, quiet = args.workers, args.quiet
+    w = args.workers
 
     def extract(pair):
-        path = source.fetch(archive_name(pair))
         inner = f"opus-100-corpus/v1.0/supervised/{pair}"
-        try:
-            with tarfile.open(path) as tar:
-                names = set(tar.getnames())
-        except (tarfile.TarError, EOFError, OSError) as e:
-            raise DataError(f"cannot read archive {path}: {e}") from None
-        members = [f"{inner}/opus.{pair}-{s}.{l}" for s in SPLITS for l in pair.split("-")]
-        present = [m for m in members if m in names]
-        if not any(m.endswith(f"-train.{pair.split('-')[0]}") for m in present):
-            raise DataError(f"archive {path} has no {inner}/opus.{pair}-train.*: not an OPUS-100 v1.0 pair archive")
-        source.extract(archive_name(pair), present, tmp / f"extract.{pair}")
-        dest = orig / pair
-        if dest.exists():
-            shutil.rmtree(dest)
-        os.replace(tmp / f"extract.{pair}" / inner, dest)
+
+        def members(names):
+            wanted = [f"{inner}/opus.{pair}-{s}.{l}" for s in SPLITS for l in pair.split("-")]
+            present = [m for m in wanted if m in names]
+            if f"{inner}/opus.{pair}-train.{pair.split('-')[0]}" not in present:
+                raise DataError(
+                    f"archive {source.download_dir / archive_name(pair)} has no {inner}/opus.{pair}-train.*: "
+                    "not an OPUS-100 v1.0 pair archive"
+                )
+            return present
+
+        source.extract(archive_name(pair), members, tmp / f"extract.{pair}")
+        if (orig / pair).exists():
+            shutil.rmtree(orig / pair)
+        os.replace(tmp / f"extract.{pair}" / inner, orig / pair)
         shutil.rmtree(tmp / f"extract.{pair}")
 
     for pair in pairs:
         stages.run(
-            f"extract.{pair}", [orig / pair], lambda p=pair: extract(p), options=source.identity(archive_name(pair))
+            f"extract.{pair}", [orig / pair], partial(extract, pair), options=source.identity(archive_name(pair))
         )
 
     def splits_of(pair):
@@ -132,59 +130,30 @@ def prepare(args) -> pipeline.Stages:
                 SPLITS[s]: pipeline.check_parallel(str(orig / pair / f"opus.{pair}-{s}"), l1, l2)
                 for s in splits_of(pair)
             }
-        write_lines(tmp / "raw_pairs.json", [json.dumps(found, indent=1)])
+        write_json(tmp / "raw_pairs.json", found)
 
     stages.run("check", [tmp / "raw_pairs.json"], check, options={"pairs": pairs})
 
     sample = tmp / "spm.sample.txt"
+    draw = partial(sample_for_spm, pairs, orig, sample, args.spm_sample_lines, args.temperature, args.seed)
     stages.run(
-        "spm-sample",
-        [sample],
-        lambda: sample_for_spm(pairs, orig, sample, args.spm_sample_lines, args.temperature, args.seed),
-        options={
-            "pairs": pairs,
-            "spm_sample_lines": args.spm_sample_lines,
-            "temperature": args.temperature,
-            "seed": args.seed,
-        },
+        "spm-sample", [sample], draw, options=stages.options("spm_sample_lines", "temperature", "seed", pairs=pairs)
     )
-    model = text / "spm"
-    stages.run(
-        "spm-train",
-        [text / "spm.model", text / "spm.vocab"],
-        lambda: pipeline.train_sentencepiece(
-            sample,
-            model,
-            args.spm_vocab,
-            model_type=args.spm_model_type,
-            character_coverage=args.spm_character_coverage,
-            workers=w,
-            force=True,
-        ),
-        options={
-            "spm_vocab": args.spm_vocab,
-            "spm_model_type": args.spm_model_type,
-            "spm_character_coverage": args.spm_character_coverage,
-        },
-    )
+    spm_args = (args.spm_vocab, args.spm_model_type, args.spm_character_coverage)
+    spm = partial(pipeline.train_sentencepiece, sample, text / "spm", *spm_args, workers=w)
+    spm_options = stages.options("spm_vocab", "spm_model_type", "spm_character_coverage")
+    stages.run("spm-train", [text / "spm.model", text / "spm.vocab"], spm, options=spm_options)
     dictionary = text / "dict.txt"
-    stages.run(
-        "dictionary",
-        [dictionary],
-        lambda: pipeline.sentencepiece_dictionary(text / "spm.vocab", dictionary, force=True),
-    )
+    stages.run("dictionary", [dictionary], partial(pipeline.sentencepiece_dictionary, text / "spm.vocab", dictionary))
 
     for pair in pairs:
         for split in splits_of(pair):
             for lang in pair.split("-"):
-                dst = text / f"{SPLITS[split]}.{pair}.{lang}"
-                stages.run(
-                    f"encode.{SPLITS[split]}.{pair}.{lang}",
-                    [dst],
-                    lambda s=split, p=pair, l=lang, d=dst: pipeline.apply_sentencepiece(
-                        text / "spm.model", orig / p / f"opus.{p}-{s}.{l}", d, force=True, workers=w, quiet=quiet
-                    ),
+                raw, dst = orig / pair / f"opus.{pair}-{split}.{lang}", text / f"{SPLITS[split]}.{pair}.{lang}"
+                encode = partial(
+                    pipeline.apply_sentencepiece, text / "spm.model", raw, dst, workers=w, quiet=args.quiet
                 )
+                stages.run(f"encode.{SPLITS[split]}.{pair}.{lang}", [dst], encode)
 
     all_langs = sorted(set(langs) | {"en"})
     with_valid = [l for l in langs if "dev" in splits_of(pair_of(l))]
@@ -192,67 +161,31 @@ def prepare(args) -> pipeline.Stages:
     train_only = [d for l in langs if l not in with_valid for d in (f"en-{l}", f"{l}-en")]
 
     def binarise():
-        work = Path(f"{databin}.tmp{os.getpid()}")
-        if work.exists():
-            shutil.rmtree(work)
-        try:
+        with atomic_outputs([databin]) as (work,):
             for pair in pairs:
                 l1, l2 = pair.split("-")
-                argv = [
-                    "--source-lang",
-                    l1,
-                    "--target-lang",
-                    l2,
-                    "--destdir",
-                    str(work),
-                    "--workers",
-                    str(w),
-                    "--srcdict",
-                    str(dictionary),
-                    "--tgtdict",
-                    str(dictionary),
-                ]
-                for split in splits_of(pair):
-                    argv += [f"--{SPLITS[split]}pref", str(text / f"{SPLITS[split]}.{pair}")]
-                pipeline.run_fairseq_preprocess(argv)
+                prefixes = {SPLITS[s]: str(text / f"{SPLITS[s]}.{pair}") for s in splits_of(pair)}
+                dicts = ["--srcdict", str(dictionary), "--tgtdict", str(dictionary)]
+                pipeline.run_fairseq_preprocess(prefixes, l1, l2, work, w, *dicts)
             (work / "langs.txt").write_text(",".join(all_langs) + "\n")
             (work / "lang_pairs.txt").write_text(",".join(directions) + "\n")
             (work / "train_only_lang_pairs.txt").write_text(",".join(train_only) + "\n")
             (work / "preprocess.done").write_text(f"pairs: {' '.join(pairs)}\n")
-            if databin.exists():
-                shutil.rmtree(databin)
-            os.replace(work, databin)
-        finally:
-            if work.exists():
-                shutil.rmtree(work)
 
     stages.run("binarise", [databin / "preprocess.done"], binarise, options={"pairs": pairs})
-
-    def summary():
-        raw = json.loads((tmp / "raw_pairs.json").read_text())
-        info = {
-            "recipe": "opus100",
-            "pairs": raw,
-            "langs": all_langs,
-            "lang_pairs": directions,
-            "train_only_lang_pairs": train_only,
-            "spm_vocab": args.spm_vocab,
-            "spm_model_type": args.spm_model_type,
-            "data_bin": str(databin),
-            "options": vars(args),
-        }
-        write_lines(out / "summary.json", [json.dumps(info, indent=1)])
-
-    stages.run("summary", [out / "summary.json"], summary, options=vars(args))
+    stages.summary(
+        lambda: json.loads((tmp / "raw_pairs.json").read_text()),
+        langs=all_langs,
+        lang_pairs=directions,
+        train_only_lang_pairs=train_only,
+        spm_vocab=args.spm_vocab,
+        spm_model_type=args.spm_model_type,
+    )
     return stages
 
 
 def build_parser():
-    parser = argparse.ArgumentParser(
-        prog="prepare-opus100.sh",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    parser = recipe_parser("opus100", __doc__)
     parser.add_argument(
         "--langs", default="all", help="non-English languages, comma-separated (e.g. de,fr,zh), or 'all' (the 99 pairs)"
     )
@@ -267,9 +200,7 @@ def build_parser():
     )
     parser.add_argument("--temperature", type=float, default=5.0, help="sampling temperature over pairs")
     parser.add_argument("--seed", type=int, default=1)
-    add_common_options(parser, default_out="data-bin/opus100")
-    add_download_options(parser, "OPUS100_BASE_URL")
-    return parser
+    return add_common_options(parser, "data-bin/opus100", "OPUS100_BASE_URL")
 
 
 def main(argv=None) -> int:

@@ -1,43 +1,25 @@
-"""The shared tokenise -> subword -> binarise pipeline.
+"""The shared tokenise -> subword -> binarise pipeline, and the stages that run it.
 
-Every stage writes its outputs under temporary names and renames them when
-complete, so an interrupted run never leaves a file that looks finished.
-``Stages`` runs a recipe's stages in order and reports which ran and which
-were skipped: a re-run skips a stage only when its outputs exist *and* were
-made from the same things (``Stages.run``), so re-running with other options
-redoes what they change instead of keeping stale output.
+Every stage writes its outputs under temporary names and renames them when complete
+(``atomic_outputs``), so an interrupted run never leaves a file that looks finished.
+``Stages`` runs a recipe's stages in order and skips a stage only when its outputs exist
+*and* were made from the same things, so re-running with other options redoes what they change.
 """
 
 import json
 import logging
 import os
 import shutil
-from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 from ..errors import DataError
-from .formats import utf8_lines
+from .formats import atomic_outputs, utf8_chunks, write_json
 from .moses import TextSteps, process_file
 from .progress import progress_bar
 
 logger = logging.getLogger(__name__)
-
-
-@contextmanager
-def atomic_outputs(paths: Sequence[Path]):
-    """Yield temporary paths; rename them onto ``paths`` only if the block succeeds."""
-    tmp = [Path(f"{p}.tmp{os.getpid()}") for p in paths]
-    try:
-        yield tmp
-        for t, p in zip(tmp, paths):
-            os.replace(t, p)
-    finally:
-        for t in tmp:
-            if t.is_dir():
-                shutil.rmtree(t)
-            elif t.exists():
-                t.unlink()
 
 
 def stage_done(outputs: Iterable[Path], force: bool) -> bool:
@@ -48,13 +30,12 @@ class Stages:
     """Run named stages in order, each skipped only when its output is known to be current.
 
     A stage is made from options (those that change its output, e.g. ``bpe_merges``) and
-    inputs (files the run does not write itself: raw text, archives). When a stage completes,
-    that record is kept in ``record_file`` (``OUT/stages.json``). A later run skips the stage
-    only when its outputs exist, its record is the same, and no earlier stage of this run was
-    redone -- every stage may read what an earlier one wrote, so once one stage is redone, it
-    and every later stage are redone (the first difference is logged as a warning). Output
-    with no record (an interrupted stage, or a folder from before the records) is redone too.
-    ``force`` redoes every stage.
+    inputs (files the run does not write itself: raw text, archives); ``record_file``
+    (``OUT/stages.json``) keeps that record of every completed stage. A later run skips a
+    stage only when its outputs exist, its record is the same, and no earlier stage of this
+    run was redone: a stage may read what any earlier one wrote, so once one is redone, every
+    later one is too (the first difference is logged as a warning). Output without a record
+    is redone; ``force`` redoes every stage.
     """
 
     def __init__(self, record_file: Path, force=False):
@@ -89,7 +70,7 @@ class Stages:
         missing = [str(p) for p in outputs if not Path(p).exists()]
         assert not missing, f"stage {name} did not write {missing}"
         self.ran.append(name)
-        self.records[name] = made_from(options or {}, inputs)
+        self.records[name] = record
         self.record_file.parent.mkdir(parents=True, exist_ok=True)
         with atomic_outputs([self.record_file]) as (tmp,):
             tmp.write_text(json.dumps(self.records, indent=1, sort_keys=True) + "\n", encoding="utf-8")
@@ -104,11 +85,10 @@ class Stages:
         if before == record:
             return None
         changed = []
-        for kind in ("options", "inputs"):
+        for kind, what in (("options", "option"), ("inputs", "input")):
             old, new = before.get(kind, {}), record[kind]
             for key in sorted(set(old) | set(new)):
                 if old.get(key) != new.get(key):
-                    what = "option" if kind == "options" else "input"
                     changed.append(f"{what} {key} was {old.get(key, '(not set)')}, now {new.get(key, '(not set)')}")
         return "; ".join(changed)
 
@@ -123,6 +103,41 @@ def made_from(options: Dict[str, object], inputs: Sequence[Path]) -> dict:
     return {"options": json.loads(json.dumps(options, default=str)), "inputs": files}
 
 
+class RecipeStages(Stages):
+    """A recipe's stages in its output folder ``out`` (``orig/``, ``tmp/``, ``text/``, ``bin/``),
+    with the two stages that end every recipe: ``binarise`` and ``summary``."""
+
+    def __init__(self, recipe: str, args, out):
+        self.recipe, self.args, self.out = recipe, args, Path(out)
+        self.orig, self.tmp, self.text, self.databin = (self.out / d for d in ("orig", "tmp", "text", "bin"))
+        super().__init__(self.out / "stages.json", force=args.force)
+
+    def options(self, *names: str, **more) -> dict:
+        """The command line's values of ``names``, and ``more``: what a stage is made from."""
+        return {**{name: getattr(self.args, name) for name in names}, **more}
+
+    def binarise(self, prefixes: Dict[str, str], **options):
+        """``fairseq-preprocess --joined-dictionary`` of ``prefixes`` (split -> text prefix) into ``bin/``."""
+        args = self.args
+        preprocess = partial(fairseq_preprocess, prefixes, args.src, args.tgt, self.databin, args.workers, force=True)
+        self.run(
+            "binarise", [self.databin / "preprocess.done"], preprocess, {"src": args.src, "tgt": args.tgt, **options}
+        )
+
+    def summary(self, pairs: Callable[[], dict], records: Optional[Dict[Path, object]] = None, **fields):
+        """``summary.json``: the recipe, ``pairs()`` per split, ``fields``, the data-bin and every option;
+        ``records`` are other JSON files written with it."""
+        records = records or {}
+
+        def write():
+            for path, value in records.items():
+                write_json(path, value)
+            info = {"recipe": self.recipe, "pairs": pairs(), **fields, "data_bin": str(self.databin)}
+            write_json(self.out / "summary.json", {**info, "options": vars(self.args)})
+
+        self.run("summary", [self.out / "summary.json", *records], write, options=vars(self.args))
+
+
 def concatenate(inputs: Sequence[Path], out: Path):
     """``cat inputs > out``, atomically."""
     with atomic_outputs([out]) as (tmp,), open(tmp, "wb") as g:
@@ -134,6 +149,14 @@ def concatenate(inputs: Sequence[Path], out: Path):
 def count_lines(path: Path) -> int:
     with open(path, "rb") as f:
         return sum(1 for _ in f)
+
+
+def same_length(paths: Sequence[Path]) -> int:
+    """The line count the files ``paths`` share."""
+    counts = {str(p): count_lines(p) for p in paths}
+    if len(set(counts.values())) != 1:
+        raise DataError("line counts differ: " + ", ".join(f"{p} has {n}" for p, n in counts.items()))
+    return next(iter(counts.values()))
 
 
 def check_parallel(prefix: str, src: str, tgt: str) -> int:
@@ -154,36 +177,22 @@ def check_parallel(prefix: str, src: str, tgt: str) -> int:
     return counts[src]
 
 
-def moses_tokenize(
-    inp: Path,
-    out: Path,
-    lang: str,
-    lowercase=False,
-    force=False,
-    aggressive_dash_splits=False,
-    escape=True,
-    normalize_punctuation=False,
-    remove_non_printing=False,
-    workers=1,
-    quiet=True,
-):
-    """Moses tokenisation (sacremoses) as ``tokenizer.perl [-a] -l lang`` does it.
+def split_every(inp: Path, every: int, kept: Path, taken: Path):
+    """awk 'NR%every==0' -> taken, the other lines -> kept."""
+    with (
+        atomic_outputs([kept, taken]) as (tk, tt),
+        open(inp, encoding="utf-8") as f,
+        open(tk, "w", encoding="utf-8") as k,
+        open(tt, "w", encoding="utf-8") as t,
+    ):
+        for n, line in enumerate(f, start=1):
+            (t if n % every == 0 else k).write(line)
 
-    Escaping is on, as in the Perl script's default and in fairseq's recipes
-    (``'`` -> ``&apos;``); optional punctuation normalisation and non-printing
-    character removal run first (``prepare-wmt14en2de.sh``).
-    """
-    if stage_done([out], force):
-        return
-    steps = TextSteps(
-        lang=lang,
-        normalize_punctuation=normalize_punctuation,
-        remove_non_printing=remove_non_printing,
-        aggressive_dash_splits=aggressive_dash_splits,
-        escape=escape,
-        lowercase=lowercase,
-    )
-    process_file(steps, inp, out, workers=workers, quiet=quiet)
+
+def moses_tokenize(inp: Path, out: Path, lang: str, force=False):
+    """``tokenizer.perl -l lang`` (escaping on: ``'`` -> ``&apos;``), unless ``out`` exists and not ``force``."""
+    if not stage_done([out], force):
+        process_file(TextSteps(lang=lang), inp, out, quiet=True)
 
 
 def learn_joint_bpe(inputs: List[Path], codes: Path, merges: int, force=False, workers=1):
@@ -195,10 +204,7 @@ def learn_joint_bpe(inputs: List[Path], codes: Path, merges: int, force=False, w
     # one file holding every input (subword-nmt's parallel word count reads a named file)
     joined = Path(f"{codes}.input.tmp{os.getpid()}")
     try:
-        with open(joined, "w", encoding="utf-8") as g:
-            for p in inputs:
-                with open(p, encoding="utf-8") as f:
-                    shutil.copyfileobj(f, g)
+        concatenate(inputs, joined)
         with (
             atomic_outputs([codes]) as (tmp,),
             open(joined, encoding="utf-8") as f,
@@ -227,23 +233,13 @@ def apply_bpe(codes: Path, inp: Path, out: Path, force=False, workers=1):
 
 
 def train_sentencepiece(
-    text: Path,
-    model_prefix: Path,
-    vocab_size: int,
-    model_type="unigram",
-    character_coverage=0.9995,
-    workers=1,
-    force=False,
+    text: Path, model_prefix: Path, vocab_size: int, model_type="unigram", character_coverage=0.9995, workers=1
 ):
     """A SentencePiece model ``<model_prefix>.model`` / ``.vocab`` trained on ``text``."""
-    model_prefix = Path(model_prefix)
-    outputs = [Path(f"{model_prefix}.model"), Path(f"{model_prefix}.vocab")]
-    if stage_done(outputs, force):
-        return
     import sentencepiece as spm
 
     tmp_prefix = Path(f"{model_prefix}.tmp{os.getpid()}")
-    with atomic_outputs(outputs) as tmp:
+    with atomic_outputs([Path(f"{model_prefix}.model"), Path(f"{model_prefix}.vocab")]) as tmp:
         try:
             spm.SentencePieceTrainer.train(
                 input=str(text),
@@ -260,32 +256,22 @@ def train_sentencepiece(
         os.replace(f"{tmp_prefix}.vocab", tmp[1])
 
 
-def apply_sentencepiece(model: Path, inp: Path, out: Path, force=False, workers=1, quiet=True):
+def apply_sentencepiece(model: Path, inp: Path, out: Path, workers=1, quiet=True):
     """Each line as space-separated pieces (decode: join, then ``▁`` -> space)."""
-    if stage_done([out], force):
-        return
-    import itertools
-
     import sentencepiece as spm
 
     sp = spm.SentencePieceProcessor(model_file=str(model))
     progress = progress_bar(Path(out).name, quiet=quiet)
-    f = utf8_lines(inp)
     with atomic_outputs([out]) as (tmp,), open(tmp, "w", encoding="utf-8") as g:
-        while True:
-            chunk = [line.rstrip("\n") for line in itertools.islice(f, 10000)]
-            if not chunk:
-                break
-            pieces = sp.encode(chunk, out_type=str, num_threads=workers)
+        for chunk in utf8_chunks(inp, 10000):
+            pieces = sp.encode([line.rstrip("\n") for line in chunk], out_type=str, num_threads=workers)
             g.writelines(" ".join(p) + "\n" for p in pieces)
             progress.update(len(chunk))
     progress.close()
 
 
-def sentencepiece_dictionary(vocab: Path, out: Path, force=False):
+def sentencepiece_dictionary(vocab: Path, out: Path):
     """fairseq's ``dict.txt`` from a SentencePiece ``.vocab`` (fairseq adds its own specials)."""
-    if stage_done([out], force):
-        return
     specials = {"<unk>", "<s>", "</s>", "<pad>"}
     with atomic_outputs([out]) as (tmp,), open(vocab, encoding="utf-8") as f, open(tmp, "w", encoding="utf-8") as g:
         for line in f:
@@ -294,55 +280,31 @@ def sentencepiece_dictionary(vocab: Path, out: Path, force=False):
                 g.write(f"{piece} 1\n")
 
 
-def run_fairseq_preprocess(argv: List[str]):
-    """``fairseq-preprocess`` in this process (one interpreter start-up for many calls)."""
+def run_fairseq_preprocess(prefixes: Dict[str, str], src: str, tgt: str, destdir: Path, workers: int, *flags: str):
+    """``fairseq-preprocess`` of ``prefixes`` (split -> text prefix) in this process (one interpreter
+    start-up for many calls); returns its arguments."""
     from fairseq import options
     from fairseq_cli import preprocess
 
-    args = options.get_preprocessing_parser().parse_args(argv)
+    argv = ["--source-lang", src, "--target-lang", tgt, "--destdir", str(destdir), "--workers", str(workers)]
+    for split in ("train", "valid", "test"):
+        if split in prefixes:
+            argv += [f"--{split}pref", prefixes[split]]
+    argv += flags
     logger.info("fairseq-preprocess %s", " ".join(argv))
-    preprocess.main(args)
+    preprocess.main(options.get_preprocessing_parser().parse_args(argv))
+    return argv
 
 
-def fairseq_preprocess(
-    prefixes: Dict[str, str],
-    src: str,
-    tgt: str,
-    destdir: Path,
-    joined=True,
-    workers=1,
-    force=False,
-    srcdict: Optional[Path] = None,
-    tgtdict: Optional[Path] = None,
-):
-    """Binarise with ``fairseq-preprocess``; ``destdir`` appears only when complete.
+def fairseq_preprocess(prefixes: Dict[str, str], src: str, tgt: str, destdir: Path, workers=1, force=False) -> Path:
+    """Binarise with ``fairseq-preprocess --joined-dictionary``; ``destdir`` appears only when complete.
 
     ``prefixes["test"]`` may list several comma-separated prefixes: fairseq names
     them ``test``, ``test1``, ``test2``, ...
     """
     destdir = Path(destdir)
-    if stage_done([destdir / "preprocess.done"], force):
-        return destdir
-    tmp = Path(f"{destdir}.tmp{os.getpid()}")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    argv = ["--source-lang", src, "--target-lang", tgt, "--destdir", str(tmp), "--workers", str(workers)]
-    for split in ("train", "valid", "test"):
-        if split in prefixes:
-            argv += [f"--{split}pref", prefixes[split]]
-    if joined:
-        argv.append("--joined-dictionary")
-    if srcdict:
-        argv += ["--srcdict", str(srcdict)]
-    if tgtdict:
-        argv += ["--tgtdict", str(tgtdict)]
-    try:
-        run_fairseq_preprocess(argv)
-        (tmp / "preprocess.done").write_text("fairseq-preprocess " + " ".join(argv) + "\n")
-        if destdir.exists():
-            shutil.rmtree(destdir)
-        os.replace(tmp, destdir)
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp)
+    if not stage_done([destdir / "preprocess.done"], force):
+        with atomic_outputs([destdir]) as (tmp,):
+            argv = run_fairseq_preprocess(prefixes, src, tgt, tmp, workers, "--joined-dictionary")
+            (tmp / "preprocess.done").write_text("fairseq-preprocess " + " ".join(argv) + "\n")
     return destdir
