@@ -88,11 +88,8 @@ def read_hypotheses(save_dir, lang: str) -> List[str]:
 
 
 def run_training(cmd: Sequence[str], out_file: Path, label: str, on_line: Optional[Callable[[str], None]] = None):
-    """``cmd`` (a ``train_command``) with one torch thread, its output in ``out_file``.
-
-    A NaN stop is a training outcome (the "fails" verdict reads it from the log); any other
-    failure (e.g. a broken import) is no verdict on the scheme: raised, and retried on the next call.
-    """
+    """Run a ``train_command`` with one torch thread, output in ``out_file``. A NaN stop is a training outcome
+    ("fails", read from the log); any other failure (e.g. a broken import) is no verdict: raised, retried next time."""
     try:
         run_logged(cmd, out_file, env=one_thread_env(), label=f"{label}: fairseq-train", on_line=on_line)
     except RunError:
@@ -101,11 +98,8 @@ def run_training(cmd: Sequence[str], out_file: Path, label: str, on_line: Option
 
 
 def score_test_set(databin, save_dir: Path, references: List[str], label: str, *extra) -> Tuple[List[str], Dict]:
-    """Decode the test set with ``save_dir``'s last checkpoint (``extra``: more generate options) and score it.
-
-    Returns the hypotheses and the result's fields ``bleu`` (sacrebleu, 2 decimals), ``bleu_signature``
-    and ``generate_command``; a failed fairseq-generate raises ``RunError``.
-    """
+    """Decode the test set with ``save_dir``'s last checkpoint (``extra``: more options) and score it with sacrebleu:
+    the hypotheses and the result fields ``bleu``, ``bleu_signature``, ``generate_command``; failure raises RunError."""
     from sacrebleu.metrics import BLEU
 
     cmd = generate_command(databin, save_dir, *extra, *LENGTH_LIMIT)

@@ -1,15 +1,13 @@
 """Running fairseq's command-line tools with their output in a log file.
 
-One way to run a CLI for every tool (demo, study, reproduction harness): the command line
-is written to the log first (``$ python -m fairseq_cli.train ...``, so a log that several
-attempts appended to shows where each began), then the process's stdout and stderr,
-line by line; a non-zero exit raises ``RunError`` naming the last log line and the log.
+The command line is written to the log first (``$ python -m fairseq_cli.train ...``, so a log
+that several attempts appended to shows where each began), then its stdout and stderr line by
+line; a non-zero exit raises ``RunError`` naming the last log line and the log.
 
-A run must survive being stopped and leave nothing behind when its caller is killed: a
-SIGTERM, SIGINT or SIGHUP that reaches the caller (SLURM preemption and ``scancel`` send
-SIGTERM, Ctrl-C SIGINT) is passed on to the command, which is then waited for, and the
-``RunError`` names the signal; if the caller is SIGKILLed, the kernel kills the command too
-(``PR_SET_PDEATHSIG`` on Linux), so no orphan keeps writing checkpoints while the same
+A SIGTERM, SIGINT or SIGHUP that reaches the caller (SLURM preemption, ``scancel``, Ctrl-C) is
+passed on to the command, which is then waited for, and ``RunError`` names the signal; a
+SIGKILLed caller takes the command with it (``PR_SET_PDEATHSIG`` on Linux; also when the caller
+dies of a signal it does not handle), so no orphan keeps writing checkpoints while the same
 command, run again, resumes from them.
 """
 

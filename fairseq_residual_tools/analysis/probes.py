@@ -40,6 +40,7 @@ import math
 import statistics
 import sys
 import time
+from functools import partial
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -117,18 +118,11 @@ def load_checkpoint(path, databin=None):
 def _capture_sublayer_inputs(layers, store: List):
     """Forward pre-hooks recording the query each layer gives its self-attention (T x B x C)."""
 
-    def hook(index):
-        def record(module, args, kwargs):
-            store[index] = (kwargs["query"] if "query" in kwargs else args[0]).detach()
+    def record(index, module, args, kwargs):
+        store[index] = (kwargs["query"] if "query" in kwargs else args[0]).detach()
 
-        return record
-
-    return [layer.self_attn.register_forward_pre_hook(hook(i), with_kwargs=True) for i, layer in enumerate(layers)]
-
-
-def _token_rows(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
-    """T x B x C -> n x C over the non-padding positions (``keep`` is B x T)."""
-    return x.transpose(0, 1)[keep]
+    hooks = [partial(record, i) for i in range(len(layers))]
+    return [layer.self_attn.register_forward_pre_hook(hook, with_kwargs=True) for layer, hook in zip(layers, hooks)]
 
 
 def adjacent_diversity(inputs: List[torch.Tensor]) -> Dict[str, List[float]]:
@@ -142,10 +136,7 @@ def adjacent_diversity(inputs: List[torch.Tensor]) -> Dict[str, List[float]]:
 
 def block_gradients(layer) -> Dict[str, float]:
     grads = torch.cat([p.grad.reshape(-1) for p in layer.parameters() if p.grad is not None])
-    return {
-        "grad_norm": grads.norm().item(),
-        "median_abs_grad": grads.abs().median().item(),
-    }
+    return {"grad_norm": grads.norm().item(), "median_abs_grad": grads.abs().median().item()}
 
 
 def probe(model, batch: Batch) -> Dict:
@@ -168,7 +159,7 @@ def probe(model, batch: Batch) -> Dict:
     with torch.no_grad():
         for side, layers in stacks.items():
             grads = [block_gradients(layer) for layer in layers]
-            inputs = [_token_rows(x, keep[side]) for x in captured[side]]
+            inputs = [x.transpose(0, 1)[keep[side]] for x in captured[side]]  # T x B x C -> tokens x C
             out[side] = {m: [g[m] for g in grads] for m in BLOCK_METRICS}
             out[side].update(adjacent_diversity(inputs))
     model.zero_grad(set_to_none=True)
@@ -235,10 +226,9 @@ def aggregate(runs: List[Dict]) -> Dict:
     summary: Dict = {}
     for run in runs:
         summary.setdefault(run["scheme"], {}).setdefault(str(run["layers"]), []).append(run)
-    out = {}
-    for scheme, by_depth in summary.items():
+    for by_depth in summary.values():
         for depth, group in by_depth.items():
-            cell = {"seeds": [r["seed"] for r in group], "loss": mean_std([[r["loss"]] for r in group])[0][0]}
+            cell = {"seeds": [r["seed"] for r in group], "loss": statistics.fmean(r["loss"] for r in group)}
             for side in STACKS:
                 stats = {}
                 for metric in BLOCK_METRICS + PAIR_METRICS:
@@ -247,8 +237,8 @@ def aggregate(runs: List[Dict]) -> Dict:
                 if len(stats["rel_diff"]["mean"]) >= 2:
                     stats["fits"] = fits({m: stats[m]["mean"] for m in ("rel_diff", "grad_norm")})
                 cell[side] = stats
-            out.setdefault(scheme, {})[depth] = cell
-    return out
+            by_depth[depth] = cell
+    return summary
 
 
 def run_probes(task, batch, schemes, depths, seeds, dim, heads, ffn, log=print):
@@ -284,12 +274,8 @@ def parse_args(argv=None):
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--ffn", type=int, default=256)
-    p.add_argument(
-        "--checkpoint", nargs="+", default=None, help="probe these trained checkpoints instead of fresh models"
-    )
-    p.add_argument(
-        "--data", default=None, help="fairseq data-bin for the batch (default: the embedded corpus, prepared in --work)"
-    )
+    p.add_argument("--checkpoint", nargs="+", help="probe these trained checkpoints instead of fresh models")
+    p.add_argument("--data", help="fairseq data-bin for the batch (default: the embedded corpus, prepared in --work)")
     p.add_argument("--split", default="valid")
     p.add_argument("--sentences", type=int, default=64, help="sentence pairs in the probe batch")
     p.add_argument("--work", default=str(ROOT / "work" / "probes"))

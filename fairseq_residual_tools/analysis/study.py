@@ -8,12 +8,9 @@ BLEU and the verdict of ``training_log.divergence`` -- the project's one rule fo
 "fails". ``results/cpu-study/`` gets the table in the paper's shape, training
 curves and every number.
 
-"Warmup off" keeps the peak learning rate and the schedule's shape: with warmup,
-inverse_sqrt rises linearly from 1e-7 to the peak over ``--warmup`` updates and
-then decays as peak * sqrt(warmup / update); without warmup the same scheduler
-starts *at* the peak (``--warmup-init-lr`` = peak), stays there for those
-updates and then decays identically. The two runs differ only in the first
-``--warmup`` updates.
+"Warmup off" keeps the peak learning rate and the schedule's shape: inverse_sqrt starts
+*at* the peak (``--warmup-init-lr`` = peak) instead of rising from 1e-7, stays there for
+``--warmup`` updates and then decays as with warmup (peak * sqrt(warmup / update)).
 
 Resumable: a finished run leaves ``result.json`` in its folder and is skipped;
 an interrupted one resumes from its ``checkpoint_last.pt`` (fairseq's own restore).
@@ -124,11 +121,6 @@ def run_one(spec: RunSpec, data, refs, settings, runs_dir: Path) -> Dict:
     return result
 
 
-def spread(values: List[float]):
-    """(mean, half the range): with two seeds, half the range is the distance to either seed."""
-    return statistics.mean(values), (max(values) - min(values)) / 2
-
-
 def format_cell(runs: List[Dict], key: str, digits: int) -> str:
     """``mean ± half-range`` over the seeds that trained; ``fails`` when every seed failed."""
     if not runs:
@@ -137,8 +129,8 @@ def format_cell(runs: List[Dict], key: str, digits: int) -> str:
     failed = sum(1 for r in runs if r["fails"])
     if not ok:
         return f"fails ({failed}/{len(runs)})"
-    mean, half = spread(ok)
-    cell = f"{mean:.{digits}f} ± {half:.{digits}f}"
+    half = (max(ok) - min(ok)) / 2  # with two seeds, half the range is the distance to either seed
+    cell = f"{statistics.mean(ok):.{digits}f} ± {half:.{digits}f}"
     return cell + (f" ({failed}/{len(runs)} fail)" if failed else "")
 
 
@@ -171,12 +163,9 @@ def write_report(results: List[Dict], meta: Dict, out: Path):
     from .plotting import plot_training_curves
 
     out.mkdir(parents=True, exist_ok=True)
-    plot_training_curves(
-        results, out / "train_loss.png", curve="train_curve", ylabel="training loss (label-smoothed CE, base 2)"
-    )
-    plot_training_curves(
-        results, out / "valid_loss.png", curve="valid_curve", ylabel="validation loss (label-smoothed CE, base 2)"
-    )
+    for curve, quantity in (("train", "training"), ("valid", "validation")):
+        ylabel = f"{quantity} loss (label-smoothed CE, base 2)"
+        plot_training_curves(results, out / f"{curve}_loss.png", f"{curve}_curve", ylabel)
     (out / "results.json").write_text(json.dumps({**meta, "runs": results}, indent=1) + "\n")
     # the reading of the numbers is written by a person, kept in summary.md and inlined here
     summary_file = out / "summary.md"
@@ -288,11 +277,8 @@ def run_all(specs: List[RunSpec], data, refs, args, started: float) -> List[Dict
         results = list(pool.map(one, specs))
     missing = [spec.name for spec, result in zip(specs, results) if result is None]
     if missing:
-        print(
-            f"{len(missing)} run(s) stopped without a verdict and are left out (run again to retry): "
-            + ", ".join(missing),
-            flush=True,
-        )
+        left_out = f"{len(missing)} run(s) stopped without a verdict and are left out (run again to retry)"
+        print(f"{left_out}: {', '.join(missing)}", flush=True)
     return [r for r in results if r is not None]
 
 

@@ -15,6 +15,7 @@ lexicon:
 ``generate_corpus(seed)`` always returns the same sentences for the same seed.
 """
 
+import os
 import random
 from dataclasses import dataclass
 from typing import Dict, List, Tuple
@@ -129,19 +130,13 @@ def generate_corpus(seed: int = 1, train=6000, valid=300, test=300, **vocabulary
         if pair[0] not in seen:
             seen.add(pair[0])
             pairs.append(pair)
-    return {
-        "train": pairs[:train],
-        "valid": pairs[train : train + valid],
-        "test": pairs[train + valid :],
-    }
+    return {"train": pairs[:train], "valid": pairs[train : train + valid], "test": pairs[train + valid :]}
 
 
 def write_corpus(out_dir, seed: int = 1, src="src", tgt="tgt", **sizes):
     """Write ``{split}.{src}`` / ``{split}.{tgt}`` raw text files; return the prefixes.
 
     ``sizes``: the split sizes and vocabulary of ``generate_corpus``."""
-    import os
-
     os.makedirs(out_dir, exist_ok=True)
     prefixes = {}
     for split, pairs in generate_corpus(seed, **sizes).items():

@@ -14,7 +14,6 @@ class DemoData:
     root: Path
     databin: Path
     raw_prefixes: dict  # split -> raw text prefix (for detokenised references)
-    codes: Path
 
 
 def prepare_demo_data(work, seed=1, train=6000, valid=300, test=300, bpe_merges=3000, force=False, **vocabulary):
@@ -37,4 +36,4 @@ def prepare_demo_data(work, seed=1, train=6000, valid=300, test=300, bpe_merges=
     databin = pipeline.fairseq_preprocess(
         {split: str(bpe / split) for split in raw}, SRC, TGT, work / "data-bin", force=force
     )
-    return DemoData(root=work, databin=databin, raw_prefixes=raw, codes=codes)
+    return DemoData(root=work, databin=databin, raw_prefixes=raw)

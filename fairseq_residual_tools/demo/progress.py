@@ -1,8 +1,7 @@
 """One console line per training every so many updates: scheme, depth, update, loss, ETA.
 
-It follows fairseq-train's JSON log lines (``train_inner``) as ``run_logged`` passes them
-on, so the demo shows where each of its side-by-side trainings is instead of a silent wait.
-The ETA is the rate of this process so far (a resumed training starts counting again).
+It reads fairseq-train's JSON ``train_inner`` lines as ``run_logged`` passes them on. The ETA
+is the rate of this process so far (a resumed training starts counting again).
 """
 
 import json

@@ -9,12 +9,9 @@ reading the measured numbers.
 
 The trainings run side by side, ``jobs`` at a time with one torch thread each (one thread
 per process beats two oversubscribed ones whenever the cores are shared), the most expensive
-first so that the last to finish is a cheap one. Each prints a progress line every tenth of
-its updates.
-
-Resumable: a finished training leaves ``result.json`` in its folder and is reused (the demo
-says so); an interrupted one resumes from its ``checkpoint_last.pt`` (fairseq's own restore)
-when the demo runs again.
+first so that the last to finish is a cheap one; each prints a progress line every tenth of
+its updates. A finished training leaves ``result.json`` and is reused; an interrupted one
+resumes from its ``checkpoint_last.pt`` when the demo runs again.
 """
 
 import argparse
