@@ -8,10 +8,12 @@
    the peak allocated in an update), and per precision each scheme's tokens/s as a ratio to Pre-LN's.
 2. A one-node ``torchrun`` launch through ``scripts/train.sh`` on every visible GPU (one rank per GPU,
    NCCL between them; with a single GPU, world size 1 and no process group).
+3. The benchmark of ``make bench`` on the GPU (``--device cuda``) at ``BENCH_SIZES``: training step and
+   generation speed and peak memory of ResiDual beside fairseq's stock Post-LN and Pre-LN, with its targets.
 
 Everything goes to ``--out`` (default ``results/gpu-check/``): ``gpu_check.json``, ``report.md`` (with the
-exact command, versions and machine) and every run's log under ``logs/``. ``--dry-run`` prints the
-commands and runs nothing (no GPU needed).
+exact command, versions and machine), the benchmark's ``bench/`` and every run's log under ``logs/``.
+``--dry-run`` prints the commands and runs nothing (no GPU needed).
 """
 
 import argparse
@@ -21,9 +23,9 @@ import shlex
 import statistics
 import sys
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Callable, Dict, List, Sequence
 
-from .errors import UserError
+from .errors import UserError, exit_on_user_error
 from .provenance import describe, provenance
 from .runner import PLUGIN_DIR, fairseq_command, run_logged
 
@@ -37,6 +39,8 @@ PRECISIONS: Dict[str, List[str]] = {
 SCHEMES = ["post", "pre", "residual"]
 REFERENCE = "pre"
 TORCHRUN_CELL = "iwslt14/residual/e6d6"
+#: the benchmark's sizes: the depth the precision runs train (the others would take the check past ten minutes)
+BENCH_SIZES = "wmt-e18d18"
 
 
 def train_command(databin, scheme: str, precision: str, updates: int) -> List[str]:
@@ -69,6 +73,26 @@ def torchrun_command(databin, work: Path, gpus: int, updates: int) -> List[str]:
         "dataset.disable_validation=true",
         "checkpoint.no_save=true",
     ]
+
+
+def bench_command(out: Path) -> List[str]:
+    """scripts/bench.py (``make bench``) on the GPU at BENCH_SIZES, writing ``out/bench``."""
+    return [
+        sys.executable,
+        str(ROOT / "scripts" / "bench.py"),
+        *("--device", "cuda", "--sizes", BENCH_SIZES, "--out", str(out / "bench")),
+    ]
+
+
+def bench_outcome(bench: dict) -> str:
+    """The benchmark's targets (``bench.json``'s ratios to stock Pre-LN), as one line."""
+    from .bench.report import target_checks
+
+    checks = [
+        f"{c['what']} {c['value']:.3f} ({c['target']}: {'holds' if c['holds'] else 'does not hold'})"
+        for c in target_checks(bench)
+    ]
+    return "; ".join(checks) + "; the tables are in bench/bench.md"
 
 
 def interval_records(text: str) -> List[dict]:
@@ -156,9 +180,9 @@ def report_markdown(record: dict) -> str:
             lines.append(
                 f"| {precision} | {scheme} | {run['loss_finite']} | {last} | {scale} | {speed} | {ratio} | {free} |"
             )
-    torchrun = record.get("torchrun")
-    if torchrun:
-        lines += ["", "## torchrun through scripts/train.sh", "", f"`{torchrun['command']}`: {torchrun['outcome']}"]
+    for key, title in (("torchrun", "torchrun through scripts/train.sh"), ("bench", "Benchmark on the GPU")):
+        if key in record:
+            lines += ["", f"## {title}", "", f"`{record[key]['command']}`: {record[key]['outcome']}"]
     return "\n".join(lines) + "\n"
 
 
@@ -168,6 +192,17 @@ def visible_gpus() -> List[str]:
     return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
 
 
+def launched(command: List[str], log: Path, summary: Callable[[], str]) -> dict:
+    """Run ``command`` with its output in ``log``; its outcome: ``finished; <summary()>`` or why it failed."""
+    log.unlink(missing_ok=True)  # run_logged appends
+    try:
+        run_logged(command, log, label=log.stem)
+        outcome = "finished; " + summary()
+    except UserError as e:
+        outcome = f"failed: {e}"
+    return {"command": shlex.join(command), "outcome": outcome}
+
+
 def run(args) -> dict:
     out, work = Path(args.out), Path(args.work)
     command = "bash scripts/gpu_check.sh " + shlex.join(args.argv)
@@ -175,12 +210,15 @@ def run(args) -> dict:
     plan = [(p, s, train_command(databin, s, p, args.updates)) for p in args.precisions for s in args.schemes]
     gpus = [] if args.dry_run else visible_gpus()
     torchrun = torchrun_command(databin, work, max(len(gpus), 1), args.torchrun_updates)
+    bench = bench_command(out)
     if args.dry_run:
         print(f"data: the embedded corpus prepared into {databin}")
         for _, _, cmd in plan:
             print(shlex.join(cmd))
         if not args.skip_torchrun:
             print(shlex.join(torchrun))
+        if not args.skip_bench:
+            print(shlex.join(bench))
         return {}
     if not gpus:
         raise UserError(
@@ -205,13 +243,13 @@ def run(args) -> dict:
             record["precision"][precision][scheme] = {"error": str(e)}
         print(f"{precision} {scheme}: {record['precision'][precision][scheme]}", flush=True)
     if not args.skip_torchrun:
-        try:
-            run_logged(torchrun, out / "logs" / "torchrun.log", label="torchrun")
-            text = (out / "logs" / "torchrun.log").read_text()
-            outcome = "finished; " + torchrun_outcome(text)
-        except UserError as e:
-            outcome = f"failed: {e}"
-        record["torchrun"] = {"command": shlex.join(torchrun), "outcome": outcome}
+        log = out / "logs" / "torchrun.log"
+        record["torchrun"] = launched(torchrun, log, lambda: torchrun_outcome(log.read_text()))
+    if not args.skip_bench:
+        results = out / "bench" / "bench.json"
+        record["bench"] = launched(
+            bench, out / "logs" / "bench.log", lambda: bench_outcome(json.loads(results.read_text()))
+        )
     (out / "gpu_check.json").write_text(json.dumps(record, indent=1) + "\n")
     (out / "report.md").write_text(report_markdown(record))
     return record
@@ -230,6 +268,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--schemes", default=",".join(SCHEMES), help=f"comma-separated (default {SCHEMES})")
     parser.add_argument("--precisions", default=",".join(PRECISIONS), help=f"comma-separated, from {list(PRECISIONS)}")
     parser.add_argument("--skip-torchrun", action="store_true", help="leave out the torchrun launch")
+    parser.add_argument("--skip-bench", action="store_true", help="leave out the benchmark on the GPU")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     return parser
 
@@ -256,13 +295,7 @@ def parse_args(argv: Sequence[str]):
 
 
 def main(argv=None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    try:
-        run(args)
-    except UserError as e:
-        sys.stderr.write(f"error: {e}\n")
-        return 1
-    return 0
+    return exit_on_user_error(run, parse_args(sys.argv[1:] if argv is None else argv))
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     fairseq-residual-bench --malloc keep          # what `make bench` runs: every size -> results/bench/
     fairseq-residual-bench --sizes iwslt-e6d6 --schemes all --out /tmp/bench
+    fairseq-residual-bench --device cuda --sizes wmt-e18d18 --out /tmp/bench-gpu
 
 What is measured and how: fairseq_residual_tools/bench/ (one module per part).
 """
@@ -25,6 +26,7 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         help="comma-separated residual_transformer schemes to measure at every size, or 'all' "
         "(default: post,pre,residual; residual only at wmt-e18d18)",
     )
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the models run (default: cpu)")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs of every variant first, per layout")
     p.add_argument(
         "--layouts",
@@ -54,6 +56,8 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
         p.error(
             "--malloc sets the measuring processes' environment; with --same-process set MALLOC_* variables instead"
         )
+    if args.device == "cuda" and args.malloc:
+        p.error("--malloc sets glibc's malloc, which holds no tensors on a GPU; leave it out with --device cuda")
     unknown = [s for s in args.sizes.split(",") if s not in known]
     if unknown:
         p.error(f"unknown size(s) {', '.join(unknown)}; choose from {', '.join(known)}")
@@ -68,26 +72,28 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
+    from .device import check
+
+    check(args.device)  # before fairseq's import, which logs
     from .measure import run
     from .report import markdown, write
 
     sizes = [dict(SIZES, tiny=TINY)[name] for name in args.sizes.split(",")]
     if args.schemes:
         sizes = [dataclasses.replace(size, schemes=args.schemes) for size in sizes]
-    # as it was typed: ``python scripts/bench.py ...`` or ``fairseq-residual-bench ...``
-    typed = ["python", *sys.argv] if sys.argv[0].endswith(".py") else [Path(sys.argv[0]).name, *sys.argv[1:]]
-    command = " ".join(typed if argv is None else ["fairseq-residual-bench", *argv])
     record = run(
         sizes,
         args.warmup,
         args.rounds,
         args.threads,
-        command,
+        " ".join(["fairseq-residual-bench", *argv]),
         gen_reps=args.generation_rounds,
         layouts=args.layouts,
         fresh_process_per_size=not args.same_process,
         malloc=args.malloc,
+        device=args.device,
         log=lambda m: print(m, flush=True),
     )
     write(record, args.out)

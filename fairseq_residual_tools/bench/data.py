@@ -4,6 +4,7 @@ from typing import Dict
 
 import torch
 from fairseq.data import Dictionary
+from fairseq.utils import apply_to_sample
 
 
 class SyntheticTask:
@@ -15,15 +16,16 @@ class SyntheticTask:
             self.source_dictionary.add_symbol(f"w{i}")
 
 
-def synthetic_batch(task, batch: int, src_len: int, tgt_len: int, seed: int = 0) -> Dict:
-    """A fairseq translation sample of ``batch`` sentences, every source and target ending in EOS."""
+def synthetic_batch(task, batch: int, src_len: int, tgt_len: int, seed: int = 0, device: str = "cpu") -> Dict:
+    """A fairseq translation sample of ``batch`` sentences, every source and target ending in EOS,
+    drawn on the CPU (the same tokens on every device) and moved to ``device``."""
     d = task.target_dictionary
     g = torch.Generator().manual_seed(seed)
     src = torch.randint(d.nspecial, len(d), (batch, src_len), generator=g)
     target = torch.randint(d.nspecial, len(d), (batch, tgt_len), generator=g)
     src[:, -1] = target[:, -1] = d.eos()
     prev = torch.cat((target.new_full((batch, 1), d.eos()), target[:, :-1]), dim=1)
-    return {
+    sample = {
         "net_input": {
             "src_tokens": src,
             "src_lengths": torch.full((batch,), src_len, dtype=torch.long),
@@ -32,3 +34,4 @@ def synthetic_batch(task, batch: int, src_len: int, tgt_len: int, seed: int = 0)
         "target": target,
         "ntokens": target.numel(),
     }
+    return apply_to_sample(lambda t: t.to(device), sample)

@@ -1,11 +1,11 @@
 """Memory of one training step, measured after one untimed step (Adam's state exists):
 
 * ``peak_mb``: parameters + buffers + Adam state (counted from the tensors) plus the peak,
-  during the step, of the bytes of live tensors the step allocated (torch's profiler records
-  every CPU allocation and free): activations, gradients, temporaries. The goal is checked
-  on this figure;
-* ``rss_rise_mb``: the rise of the process's peak resident memory during the step (Linux
-  ``VmHWM``, reset through ``/proc/self/clear_refs``): what the kernel sees, glibc's heap
+  during the step, of the bytes of live tensors the step allocated: activations, gradients,
+  temporaries (on the CPU torch's profiler records every allocation and free; on a GPU the
+  caching allocator's statistics, ``device``). The goal is checked on this figure;
+* ``rss_rise_mb`` (CPU only): the rise of the process's peak resident memory during the step
+  (Linux ``VmHWM``, reset through ``/proc/self/clear_refs``): what the kernel sees, glibc's heap
   fragmentation included. It depends on the allocations the process made before, so each
   variant is probed in a fresh process (``isolation``);
 * ``saved_mb``: bytes of the distinct storages autograd keeps for backward (parameters
@@ -22,6 +22,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 from .data import SyntheticTask, synthetic_batch
+from .device import step_peaks
 from .steps import TrainingStep
 from .variants import Size, Variant, build_variant
 
@@ -85,15 +86,14 @@ def step_rss_rise_bytes(step: Callable[[], object]) -> Optional[int]:
     return (_status_kb("VmHWM") - base) * 1024
 
 
-def memory_probe(size: Size, variant: Variant) -> Dict[str, Optional[float]]:
+def memory_probe(size: Size, variant: Variant, device: str = "cpu") -> Dict[str, Optional[float]]:
     """The memory figures (module docstring) of one training step of ``variant`` at ``size``; MB."""
     task = SyntheticTask(size.vocab)
-    sample = synthetic_batch(task, size.batch, size.src_len, size.tgt_len, seed=0)
-    step = TrainingStep(build_variant(variant, size, task), sample, task.target_dictionary.pad())
+    sample = synthetic_batch(task, size.batch, size.src_len, size.tgt_len, seed=0, device=device)
+    step = TrainingStep(build_variant(variant, size, task, device=device), sample, task.target_dictionary.pad())
     step()  # Adam state exists from here on
     persistent = step.persistent_bytes()
-    allocated = step_allocation_peak_bytes(step)
-    rss = step_rss_rise_bytes(step)
+    allocated, rss = step_peaks(step, device)
     return {
         "persistent_mb": persistent / MB,
         "step_peak_mb": allocated / MB,

@@ -64,6 +64,8 @@ def _setting(record: Dict) -> str:
             f", in each of {layouts} layouts (a fresh process per layout, the variants built and run in rotated "
             f"order), {layouts * train} and {layouts * gen} rounds in all"
         )
+    if record.get("gpu"):
+        return f"{text}; on {record['gpu']}, tensors in PyTorch's caching allocator"
     env = record["sizes"][0]["malloc_environment"]  # the same in every size's processes
     allocator = ", ".join(f"{k}={v}" for k, v in env.items()) or "glibc's default settings"
     allocator += f" (`--malloc {record['malloc']}`)" if record["malloc"] else ""

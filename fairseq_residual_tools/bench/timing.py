@@ -18,8 +18,11 @@ from .variants import REFERENCE
 TIMING_KEYS = ("wall_s", "user_s", "sys_s", "minor_faults")
 
 
-def interleaved(jobs: Dict[str, Callable[[], object]], warmup: int, reps: int) -> Dict[str, Dict[str, List[float]]]:
-    """Run every job ``warmup`` times, then ``reps`` rounds of one run each, in the given order.
+def interleaved(
+    jobs: Dict[str, Callable[[], object]], warmup: int, reps: int, wait: Callable[[], None] = lambda: None
+) -> Dict[str, Dict[str, List[float]]]:
+    """Run every job ``warmup`` times, then ``reps`` rounds of one run each, in the given order;
+    each run ends with ``wait()``, which returns once the device has done the run's work.
 
     Returns per job the TIMING_KEYS of each round. The garbage collector runs between rounds,
     never inside one (a full collection costs about 0.2 s with fairseq's objects alive).
@@ -27,6 +30,7 @@ def interleaved(jobs: Dict[str, Callable[[], object]], warmup: int, reps: int) -
     for _ in range(warmup):
         for job in jobs.values():
             job()
+            wait()
     times = {name: {key: [] for key in TIMING_KEYS} for name in jobs}
     gc_was_enabled = gc.isenabled()
     try:
@@ -36,6 +40,7 @@ def interleaved(jobs: Dict[str, Callable[[], object]], warmup: int, reps: int) -
             for name, job in jobs.items():
                 before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
                 job()
+                wait()
                 wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
                 times[name]["wall_s"].append(wall)
                 times[name]["user_s"].append(after.ru_utime - before.ru_utime)

@@ -72,12 +72,6 @@ def variants(schemes: Optional[Sequence[str]] = None) -> List[Variant]:
     return stock + [Variant(n, f"residual_transformer --residual-scheme {n}", n) for n in names]
 
 
-def rotated(chosen: List[Variant], layout: int) -> List[Variant]:
-    """``chosen`` starting at position ``layout``: the order models are built and run in."""
-    k = layout % len(chosen)
-    return chosen[k:] + chosen[:k]
-
-
 def model_args(size: Size) -> Dict:
     """The preset's widths, heads and dropout, with the size's depth, as flat options."""
     from fairseq.models import ARCH_CONFIG_REGISTRY
@@ -101,19 +95,20 @@ def model_args(size: Size) -> Dict:
     return args
 
 
-def build_variant(variant: Variant, size: Size, task, seed: int = 0):
-    """The variant's model at ``size`` for ``task``'s dictionaries, initialised from ``seed``."""
+def build_variant(variant: Variant, size: Size, task, seed: int = 0, device: str = "cpu"):
+    """The variant's model at ``size`` for ``task``'s dictionaries, initialised from ``seed`` on the CPU
+    (the same weights on every device) and moved to ``device``."""
     import torch
     from fairseq.models import ARCH_MODEL_REGISTRY
 
     args = model_args(size)
-    torch.manual_seed(seed)
     if variant.scheme is None:
+        arch = "transformer"
         args.update(
-            arch="transformer",
-            encoder_normalize_before=variant.normalize_before,
-            decoder_normalize_before=variant.normalize_before,
+            encoder_normalize_before=variant.normalize_before, decoder_normalize_before=variant.normalize_before
         )
-        return ARCH_MODEL_REGISTRY["transformer"].build_model(Namespace(**args), task)
-    args.update(arch="residual_transformer", residual_scheme=variant.scheme)
-    return ARCH_MODEL_REGISTRY["residual_transformer"].build_model(Namespace(**args), task)
+    else:
+        arch = "residual_transformer"
+        args.update(residual_scheme=variant.scheme)
+    torch.manual_seed(seed)
+    return ARCH_MODEL_REGISTRY[arch].build_model(Namespace(arch=arch, **args), task).to(device)

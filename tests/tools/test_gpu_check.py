@@ -9,8 +9,10 @@ import torch
 from helpers import ROOT
 
 from fairseq_residual_tools.gpu_check import (
+    bench_outcome,
     parse_args,
     report_markdown,
+    run,
     speed_ratios,
     summarise_run,
     torchrun_outcome,
@@ -42,6 +44,15 @@ def test_dry_run_prints_every_precision_and_scheme_and_the_torchrun_launch(tmp_p
     torchrun = [line for line in proc.stdout.splitlines() if "scripts/train.sh" in line]
     assert len(torchrun) == 1 and "--launcher torchrun" in torchrun[0]
     assert not (tmp_path / "out").exists()  # a dry run writes nothing
+
+
+def test_dry_run_lists_the_benchmark_on_the_gpu_unless_skipped(tmp_path, capsys):
+    run(parse_args(["--dry-run", "--out", str(tmp_path / "out")]))
+    (bench,) = [line for line in capsys.readouterr().out.splitlines() if "scripts/bench.py" in line]
+    assert bench.endswith(f"scripts/bench.py --device cuda --sizes wmt-e18d18 --out {tmp_path / 'out' / 'bench'}")
+    run(parse_args(["--dry-run", "--skip-bench", "--out", str(tmp_path / "out")]))
+    assert "scripts/bench.py" not in capsys.readouterr().out
+    assert not (tmp_path / "out").exists()
 
 
 @pytest.mark.slow
@@ -126,3 +137,36 @@ def test_torchrun_outcome_reads_world_size_and_ranks():
     assert torchrun_outcome("\n".join([config, *joined])) == "world size 2, ranks in a process group: ['0', '1']"
     alone = config.replace("'distributed_world_size': 2", "'distributed_world_size': 1")
     assert torchrun_outcome(alone) == "world size 1, ranks in a process group: []"
+
+
+def test_the_benchmark_outcome_gives_its_targets_and_the_report_shows_it():
+    ratios = {
+        "stock-pre": {"ratio_to_reference": {"median": 1.0}},
+        "residual": {"ratio_to_reference": {"median": 0.99}},
+    }
+    bench = {
+        "sizes": [
+            {
+                "size": {"name": "wmt-e18d18"},
+                "train": ratios,
+                "generate": {**ratios, "residual": {"ratio_to_reference": {"median": 0.95}}},
+                "memory": {"residual": {"peak_mb_ratio": 1.0}},
+            }
+        ]
+    }
+    outcome = bench_outcome(bench)
+    assert "ResiDual training speed / stock Pre-LN 0.990 (>= 0.97: holds)" in outcome
+    assert "ResiDual peak training memory / stock Pre-LN 1.000 (<= 1.05: holds)" in outcome
+    assert "ResiDual generation speed / stock Pre-LN 0.950 (>= 0.97: does not hold)" in outcome
+    record = {
+        "command": "bash scripts/gpu_check.sh",
+        "provenance": provenance(),
+        "cuda": "12.8",
+        "gpus": ["NVIDIA H200"],
+        "updates": 300,
+        "precision": {},
+        "bench": {"command": "python scripts/bench.py --device cuda", "outcome": "finished; " + outcome},
+    }
+    assert f"## Benchmark on the GPU\n\n`python scripts/bench.py --device cuda`: finished; {outcome}" in (
+        report_markdown(record)
+    )

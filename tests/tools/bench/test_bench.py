@@ -5,6 +5,7 @@ No timing is asserted: the figures live in results/bench/, written by `make benc
 
 import dataclasses
 import json
+import sys
 from collections import Counter
 
 import pytest
@@ -12,10 +13,11 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from fairseq_residual.schemes import SCHEMES
-from fairseq_residual_tools.bench import isolation, measure, memory, report
+from fairseq_residual_tools import console
+from fairseq_residual_tools.bench import cli, isolation, measure, memory, report
 from fairseq_residual_tools.bench.data import SyntheticTask, synthetic_batch
 from fairseq_residual_tools.bench.steps import TrainingStep
-from fairseq_residual_tools.bench.timing import pool_layouts, ratio_summary, speed_table
+from fairseq_residual_tools.bench.timing import interleaved, pool_layouts, ratio_summary, speed_table
 from fairseq_residual_tools.bench.variants import TINY, Variant, build_variant, variants
 
 
@@ -60,6 +62,79 @@ def test_tiny_benchmark_covers_stock_transformers_and_every_registered_scheme(ti
     # the reference's ratio to itself is exactly one in every round
     assert size["train"]["stock-pre"]["ratio_to_reference"] == {"min": 1.0, "median": 1.0, "max": 1.0}
     assert size["memory"]["stock-pre"]["peak_mb_ratio"] == 1.0
+
+
+def test_an_explicit_cpu_device_measures_what_the_default_measures(tiny_record):
+    default, _ = tiny_record
+    explicit = measure.run(
+        [TINY],
+        warmup=0,
+        reps=1,
+        threads=1,
+        command="pytest",
+        fresh_process_memory=False,
+        fresh_process_per_size=False,
+        log=lambda m: None,
+        device="cpu",
+    )
+    assert explicit["device"] == default["device"] == "cpu" and explicit["gpu"] is default["gpu"] is None
+    assert explicit.keys() == default.keys()
+    (size,), (default_size,) = explicit["sizes"], default["sizes"]
+    assert size.keys() == default_size.keys() and size["parameters"] == default_size["parameters"]
+    for table in ("train", "generate", "memory"):
+        assert {n: r.keys() for n, r in size[table].items()} == {n: r.keys() for n, r in default_size[table].items()}
+    # the same weights, batch and (deterministic) saved activations: the same bytes
+    assert {n: m["saved_mb"] for n, m in size["memory"].items()} == {
+        n: m["saved_mb"] for n, m in default_size["memory"].items()
+    }
+    assert size["memory"]["stock-pre"]["rss_rise_mb"] is not None  # the CPU probes ran
+
+
+def test_models_and_batches_are_built_on_the_requested_device():
+    # the meta device allocates nothing, so this needs no GPU
+    task = SyntheticTask(TINY.vocab)
+    model = build_variant(Variant("residual", "residual", "residual"), TINY, task, device="meta")
+    sample = synthetic_batch(task, 4, 7, 6, device="meta")
+    assert {p.device.type for p in model.parameters()} == {"meta"}
+    assert sample["net_input"]["src_tokens"].device.type == "meta" and sample["target"].shape == (4, 6)
+
+
+def test_interleaved_timing_waits_for_the_device_after_every_run():
+    events = []
+    jobs = {name: (lambda name=name: events.append(name)) for name in ("a", "b")}
+    times = interleaved(jobs, warmup=1, reps=2, wait=lambda: events.append("wait"))
+    assert events == ["a", "wait", "b", "wait"] * 3
+    assert len(times["a"]["wall_s"]) == 2
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without a GPU")
+def test_device_cuda_without_a_gpu_stops_with_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["fairseq-residual-bench", "--device", "cuda", "--out", str(tmp_path / "out")])
+    assert console.bench() == 1
+    err = capsys.readouterr().err
+    assert err.startswith("error: --device cuda: no CUDA GPU visible") and err.count("\n") == 1
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--device", "cuda", "--malloc", "keep"], "leave it out with --device cuda"),
+        (["--device", "tpu"], "invalid choice: 'tpu'"),
+        (["--same-process", "--malloc", "keep"], "with --same-process set MALLOC_* variables instead"),
+    ],
+)
+def test_bad_arguments_are_refused(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli.parse_args(argv)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_a_gpu_record_names_the_gpu_and_its_allocator(tiny_record):
+    record, _ = tiny_record
+    text = report.markdown({**record, "device": "cuda", "gpu": "NVIDIA H200 (CUDA 12.8)"})
+    assert "on NVIDIA H200 (CUDA 12.8), tensors in PyTorch's caching allocator" in text
+    assert "memory allocator:" not in text and "memory allocator:" in report.markdown(record)
 
 
 def test_generation_does_the_same_work_for_every_variant(tiny_record):
