@@ -67,20 +67,25 @@ def add_common_options(parser: argparse.ArgumentParser, default_out: Optional[st
     return parser
 
 
-def setup_logging(quiet: bool):
+def run_main(prepare: Callable, parser: argparse.ArgumentParser, argv: Optional[List[str]]) -> int:
+    """Parse, log to stdout, prepare, and report a user error as one line ``error: ...`` with exit status 1."""
+    args = parser.parse_args(argv)
     logging.basicConfig(
-        level=logging.WARNING if quiet else logging.INFO,
+        level=logging.WARNING if args.quiet else logging.INFO,
         format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
         stream=sys.stdout,
         force=True,
     )
-
-
-def run_main(prepare: Callable, parser: argparse.ArgumentParser, argv: Optional[List[str]]) -> int:
-    """Parse, prepare, and report a user error as one line ``error: ...`` with exit status 1."""
-    args = parser.parse_args(argv)
-    setup_logging(args.quiet)
     return exit_on_user_error(prepare, args)
+
+
+def check_languages(args, langs, recipe: str):
+    """``--src`` and ``--tgt`` are the two ``langs`` of a recipe made for one pair (``recipe`` says which)."""
+    a, b = langs
+    if {args.src, args.tgt} != {a, b}:
+        raise DataError(
+            f"{recipe}: use --src {a} --tgt {b} or --src {b} --tgt {a} (got --src {args.src} --tgt {args.tgt})"
+        )
 
 
 class ArchiveSource:
@@ -94,10 +99,8 @@ class ArchiveSource:
         self.quiet = args.quiet
 
     def identity(self, name: str) -> dict:
-        """What identifies archive ``name`` (its pinned checksum), for the record of the stage that extracts it.
-
-        An archive pinned by ``--record-checksum`` changes this record once, so its extraction is redone once.
-        """
+        """Archive ``name``'s pinned checksum, for the record of the stage that extracts it (pinning one with
+        ``--record-checksum`` changes the record once, so the extraction is redone once)."""
         archive = self.checksums.archive(name)
         return {"archive": name, "sha256": archive.sha256 or archive.md5}
 

@@ -44,15 +44,15 @@ def prepare(args) -> pipeline.Stages:
     tokenize = args.tokenize or ("moses" if args.subword == "bpe" else "none")
     langs = (src, tgt)
 
+    steps = {l: TextSteps(lang=l, tokenize=tokenize == "moses", lowercase=args.lowercase) for l in langs}
     tok = {}
     for split, prefix in prefixes.items():
         for lang in langs:
             raw, dst = Path(f"{prefix}.{lang}"), tmp / f"{split}.tok.{lang}"
-            steps = TextSteps(lang=lang, tokenize=tokenize == "moses", lowercase=args.lowercase)
             stages.run(
                 f"tokenize.{split}.{lang}",
                 [dst],
-                partial(process_file, steps, raw, dst, workers=w, quiet=quiet),
+                partial(process_file, steps[lang], raw, dst, workers=w, quiet=quiet),
                 options=stages.options("lowercase", tokenize=tokenize),
                 inputs=[raw],
             )
@@ -72,17 +72,15 @@ def prepare(args) -> pipeline.Stages:
         learn = partial(pipeline.learn_joint_bpe, train_text, codes, args.bpe_merges, force=True, workers=w)
         stages.run("learn-bpe", [codes], learn, options=stages.options("bpe_merges", train_text=str(tok["train"])))
         encode = partial(pipeline.apply_bpe, codes, force=True, workers=w)
+        subword_files = {"bpe_codes": codes}
     else:
         sample = tmp / "spm.input.txt"
-        stages.run(
-            "spm-sample",
-            [sample],
-            partial(pipeline.concatenate, train_text, sample),
-            options={"train_text": str(tok["train"])},
-        )
+        concat = partial(pipeline.concatenate, train_text, sample)
+        stages.run("spm-sample", [sample], concat, options={"train_text": str(tok["train"])})
         spm = partial(pipeline.train_sentencepiece, sample, text / "spm", args.spm_vocab, workers=w)
         stages.run("spm-train", [text / "spm.model", text / "spm.vocab"], spm, options=stages.options("spm_vocab"))
         encode = partial(pipeline.apply_sentencepiece, text / "spm.model", workers=w, quiet=quiet)
+        subword_files = {"sentencepiece_model": text / "spm.model"}
     for split in prefixes:
         for lang in langs:
             inp, dst = Path(f"{tok[split]}.{lang}"), text / f"{split}.{lang}"
@@ -102,15 +100,7 @@ def prepare(args) -> pipeline.Stages:
         subword=args.subword,
         tokenize=tokenize,
         inputs=prefixes,
-        translation=translation_record(
-            stages.out,
-            src,
-            tgt,
-            moses=tokenize == "moses",
-            lowercase=args.lowercase,
-            bpe_codes=text / "code" if args.subword == "bpe" else None,
-            sentencepiece_model=text / "spm.model" if args.subword == "sentencepiece" else None,
-        ),
+        translation=translation_record(stages.out, src, tgt, steps[src], **subword_files),
     )
     return stages
 

@@ -1,25 +1,17 @@
 """Resumable, checksum-verified downloads of the corpora's release archives.
 
-Every known archive has an entry in ``checksums.json`` (file name, default URL,
-size, and the sha256 where a reliable public record of it exists; see the
-``source`` field of each entry). A download
+Every known archive has an entry in ``checksums.json``: file name, default URL, size, and the
+sha256 where a reliable public record of it exists (each entry's ``source`` says where from).
+A download goes to ``<name>.part`` and resumes from its length on the next try (HTTP ``Range``;
+``file://`` URLs and plain paths are read from the same offset); it is checked against the size,
+then the sha256 (or the md5 where only that is on record), and renamed to ``<name>`` only once
+verified. A truncated or mismatching file becomes ``<name>.corrupt`` and is never extracted.
+An archive without a recorded checksum is refused until its first user pins one with
+``--record-checksum`` (commit the checksums file so the next user is checked against it).
 
-* goes to ``<name>.part`` and resumes from its current length on the next try
-  (HTTP ``Range`` requests; ``file://`` URLs and plain paths are read from the
-  same offset), so an interrupted download never looks complete;
-* is checked against the recorded size, then the sha256 (or, where only an md5
-  is on record, the md5); a truncated or mismatching file is renamed to
-  ``<name>.corrupt`` and is never extracted;
-* is renamed to ``<name>`` only once verified.
-
-An archive with no recorded checksum is refused until its first user pins one
-with ``--record-checksum``, which writes the sha256 of the downloaded file into
-the checksums file (commit it so the next user is checked against it).
-
-Mirrors: ``--base-url`` or the recipe's ``*_BASE_URL`` environment variable
-replaces the directory part of every URL of that recipe (``https://...``,
-``file:///...`` or a local folder); ``FAIRSEQ_RESIDUAL_CHECKSUMS`` or
-``--checksums`` points to another checksums file.
+Mirrors: ``--base-url`` or the recipe's ``*_BASE_URL`` replaces the folder part of every URL
+(``https://...``, ``file:///...`` or a local folder); ``--checksums`` or
+``FAIRSEQ_RESIDUAL_CHECKSUMS`` names another checksums file.
 """
 
 import hashlib
@@ -35,6 +27,7 @@ from typing import Optional
 from urllib.parse import unquote, urlparse
 
 from ..errors import DataError
+from .formats import atomic_outputs
 from .progress import progress_bar
 
 logger = logging.getLogger(__name__)
@@ -68,29 +61,13 @@ class Checksums:
         entry = self.data.get("archives", {}).get(name)
         if entry is None:
             raise DataError(f"no entry for archive {name} in {self.path}")
-        return Archive(
-            name=name,
-            url=entry["url"],
-            size=entry.get("size"),
-            sha256=entry.get("sha256"),
-            md5=entry.get("md5"),
-        )
+        return Archive(name, entry["url"], entry.get("size"), entry.get("sha256"), entry.get("md5"))
 
     def record(self, name: str, sha256: str, size: int):
         entry = self.data.setdefault("archives", {}).setdefault(name, {})
-        entry["sha256"] = sha256
-        entry["size"] = size
-        entry["source"] = "pinned with --record-checksum by the first download"
-        tmp = self.path.with_name(self.path.name + f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-        os.replace(tmp, self.path)
-
-
-def archive_url(archive: Archive, base_url: Optional[str]) -> str:
-    """The archive's URL, or ``<base_url>/<name>`` when a mirror is given."""
-    if not base_url:
-        return archive.url
-    return base_url.rstrip("/") + "/" + archive.name
+        entry.update(sha256=sha256, size=size, source="pinned with --record-checksum by the first download")
+        with atomic_outputs([self.path]) as (tmp,):
+            tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
 
 
 def _local_path(url: str) -> Optional[Path]:
@@ -102,21 +79,16 @@ def _local_path(url: str) -> Optional[Path]:
     return None
 
 
-def file_digest(path: Path, algorithm: str, progress=None) -> str:
-    h = hashlib.new(algorithm)
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(CHUNK), b""):
-            h.update(block)
-            if progress:
-                progress.update(len(block))
-    return h.hexdigest()
+def _blocks(f, progress):
+    """The rest of the open file ``f`` in blocks, counted on ``progress``."""
+    for block in iter(lambda: f.read(CHUNK), b""):
+        progress.update(len(block))
+        yield block
 
 
-def _copy_from(src, dst, progress):
-    with open(dst, "ab") as out:
-        for block in iter(lambda: src.read(CHUNK), b""):
-            out.write(block)
-            progress.update(len(block))
+def _append(src, part: Path, progress):
+    with open(part, "ab") as out:
+        out.writelines(_blocks(src, progress))
 
 
 def _transfer(url: str, part: Path, total: Optional[int], quiet: bool):
@@ -130,7 +102,7 @@ def _transfer(url: str, part: Path, total: Optional[int], quiet: bool):
                 raise DataError(f"missing file {local} (from URL {url})")
             with open(local, "rb") as src:
                 src.seek(offset)
-                _copy_from(src, part, progress)
+                _append(src, part, progress)
             return
         request = urllib.request.Request(url, headers={"User-Agent": "fairseq_residual-dataprep"})
         if offset:
@@ -151,7 +123,7 @@ def _transfer(url: str, part: Path, total: Optional[int], quiet: bool):
                 logger.info("%s: server does not resume, restarting the download", url)
                 part.unlink()
                 progress = progress_bar(progress.desc, total=total, unit="B", quiet=quiet)
-            _copy_from(response, part, progress)
+            _append(response, part, progress)
     finally:
         progress.close()
 
@@ -161,8 +133,8 @@ def fetch(
     dest_dir: Path,
     checksums: Checksums,
     base_url: Optional[str] = None,
-    record_checksum: bool = False,
-    quiet: bool = False,
+    record_checksum=False,
+    quiet=False,
 ) -> Path:
     """Download (or resume) ``archive`` into ``dest_dir`` and return the verified file."""
     dest_dir = Path(dest_dir)
@@ -172,7 +144,7 @@ def fetch(
         candidate = final
     else:
         candidate = dest_dir / (archive.name + ".part")
-        url = archive_url(archive, base_url)
+        url = f"{base_url.rstrip('/')}/{archive.name}" if base_url else archive.url
         logger.info("downloading %s from %s", archive.name, url)
         _transfer(url, candidate, archive.size, quiet)
     verify(archive, candidate, checksums, record_checksum, quiet)
@@ -192,15 +164,13 @@ def verify(archive: Archive, path: Path, checksums: Checksums, record_checksum=F
     if archive.size is not None and size != archive.size:
         what = "truncated" if size < archive.size else "too large"
         _reject(path, f"archive {path} is {what}: {size} bytes, expected {archive.size}")
-    if archive.sha256:
-        algorithm, expected = "sha256", archive.sha256
-    elif archive.md5:
-        algorithm, expected = "md5", archive.md5
-    else:
-        algorithm, expected = "sha256", None
-    digest = file_digest(
-        path, algorithm, progress_bar(f"{algorithm} {archive.name}", total=size, unit="B", quiet=quiet)
-    )
+    expected = archive.sha256 or archive.md5  # the md5 only where no sha256 is on record
+    algorithm = "md5" if expected and not archive.sha256 else "sha256"
+    h = hashlib.new(algorithm)
+    with open(path, "rb") as f:
+        for block in _blocks(f, progress_bar(f"{algorithm} {archive.name}", total=size, unit="B", quiet=quiet)):
+            h.update(block)
+    digest = h.hexdigest()
     if expected is None:
         if not record_checksum:
             raise DataError(

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..errors import DataError
 from . import pipeline
-from .cli import ArchiveSource, add_common_options, recipe_parser, run_main
+from .cli import ArchiveSource, add_common_options, check_languages, recipe_parser, run_main
 from .formats import iwslt_train_lines, seg_lines, write_lines
 from .moses import TextSteps, clean_corpus, process_file, process_lines
 from .translation import translation_record
@@ -49,11 +49,7 @@ def archive_members():
 
 
 def prepare(args) -> pipeline.Stages:
-    if {args.src, args.tgt} != set(LANGS):
-        raise DataError(
-            f"IWSLT-14 here is German-English: use --src de --tgt en or --src en --tgt de "
-            f"(got --src {args.src} --tgt {args.tgt})"
-        )
+    check_languages(args, LANGS, "IWSLT-14 here is German-English")
     stages = pipeline.RecipeStages("iwslt14", args, args.out or f"data-bin/iwslt14.{args.src}-{args.tgt}")
     orig, tmp, text = stages.orig, stages.tmp, stages.text
     source = ArchiveSource(args, stages.out)
@@ -87,6 +83,8 @@ def prepare(args) -> pipeline.Stages:
         stages.run(f"lowercase.{l}", [lower], partial(process_file, lowercase, cleaned, lower, quiet=quiet))
         stages.run(f"split-valid.{l}", [train, valid], partial(pipeline.split_every, lower, VALID_EVERY, train, valid))
 
+    test_steps = {l: TextSteps(lang=l, lowercase=True) for l in LANGS}  # also what raw input to the model needs
+
     def test_set(l):
         lines = []
         for name in TEST_SETS:
@@ -96,7 +94,7 @@ def prepare(args) -> pipeline.Stages:
                     f"{raw / name}.{PAIR}.{{de,en}}.xml have {len(segs['de'])} and "
                     f"{len(segs['en'])} segments; they must be aligned"
                 )
-            lines += process_lines(TextSteps(lang=l, lowercase=True), segs[l])
+            lines += process_lines(test_steps[l], segs[l])
         write_lines(tmp / f"test.{l}", lines)
 
     for l in LANGS:
@@ -118,7 +116,7 @@ def prepare(args) -> pipeline.Stages:
         lambda: {s: pipeline.same_length([text / f"{s}.{l}" for l in LANGS]) for s in SPLITS},
         expected_pairs_real_release=EXPECTED_PAIRS,
         bpe_merges=args.bpe_merges,
-        translation=translation_record(stages.out, args.src, args.tgt, moses=True, lowercase=True, bpe_codes=codes),
+        translation=translation_record(stages.out, args.src, args.tgt, test_steps[args.src], bpe_codes=codes),
     )
     return stages
 

@@ -24,6 +24,7 @@ import json
 import math
 import os
 import random
+import re
 import shutil
 from functools import partial
 from pathlib import Path
@@ -45,14 +46,13 @@ def archive_name(pair: str) -> str:
     return f"opus-100-corpus-{pair}-v1.0.tar.gz"
 
 
+PAIR_ARCHIVE = re.compile(r"opus-100-corpus-([^-]+)-([^-]+)-v1\.0\.tar\.gz")  # not the zeroshot archive
+
+
 def release_languages(checksums: Checksums):
-    prefix, suffix = "opus-100-corpus-", "-v1.0.tar.gz"
-    langs = []
-    for name in checksums.data.get("archives", {}):
-        if name.startswith(prefix) and name.endswith(suffix) and name != "opus-100-corpus-zeroshot-v1.0.tar.gz":
-            a, b = name[len(prefix) : -len(suffix)].split("-")
-            langs.append(b if a == "en" else a)
-    return sorted(langs)
+    """The non-English side of every pair archive in ``checksums``."""
+    found = [PAIR_ARCHIVE.fullmatch(name) for name in checksums.data.get("archives", {})]
+    return sorted(m[2] if m[1] == "en" else m[1] for m in found if m)
 
 
 def parse_langs(value: str, checksums: Checksums):

@@ -1,9 +1,7 @@
-"""The shared tokenise -> subword -> binarise pipeline, and the stages that run it.
+"""The shared tokenise -> subword -> binarise steps, and the ``Stages`` that run a recipe's steps.
 
-Every stage writes its outputs under temporary names and renames them when complete
+Every step writes its outputs under temporary names and renames them when complete
 (``atomic_outputs``), so an interrupted run never leaves a file that looks finished.
-``Stages`` runs a recipe's stages in order and skips a stage only when its outputs exist
-*and* were made from the same things, so re-running with other options redoes what they change.
 """
 
 import json
@@ -48,13 +46,9 @@ class Stages:
         self.skipped: List[str] = []
 
     def run(
-        self,
-        name: str,
-        outputs: Sequence[Path],
-        fn: Callable[[], object],
-        options: Optional[Dict[str, object]] = None,
-        inputs: Sequence[Path] = (),
+        self, name: str, outputs: Sequence[Path], fn: Callable[[], object], options: Optional[dict] = None, inputs=()
     ):
+        """Run stage ``name`` (``fn``, which writes ``outputs``) unless it is current; see the class."""
         record = made_from(options or {}, inputs)
         reason = self._redo_reason(name, outputs, record)
         if reason is None:
@@ -120,9 +114,7 @@ class RecipeStages(Stages):
         """``fairseq-preprocess --joined-dictionary`` of ``prefixes`` (split -> text prefix) into ``bin/``."""
         args = self.args
         preprocess = partial(fairseq_preprocess, prefixes, args.src, args.tgt, self.databin, args.workers, force=True)
-        self.run(
-            "binarise", [self.databin / "preprocess.done"], preprocess, {"src": args.src, "tgt": args.tgt, **options}
-        )
+        self.run("binarise", [self.databin / "preprocess.done"], preprocess, self.options("src", "tgt", **options))
 
     def summary(self, pairs: Callable[[], dict], records: Optional[Dict[Path, object]] = None, **fields):
         """``summary.json``: the recipe, ``pairs()`` per split, ``fields``, the data-bin and every option;

@@ -1,41 +1,37 @@
 """What raw text went through before the model saw it: the ``translation`` record of ``summary.json``.
 
-A model trained on a data-bin only translates raw text that goes through the same
-steps: casing, punctuation normalisation, Moses tokenisation with the same
-options, the same BPE codes or SentencePiece model. Each recipe records them
-here, once, so that the plugin's ``fairseq_residual.hub.load_translator`` (which
-reads ``summary.json`` itself: the plugin does not import these tools) and
-``fairseq-interactive`` (the ``fairseq_interactive_flags``) apply exactly what
-data prep applied. Paths are relative to the data-prep output folder, except in
-the flags, which name absolute paths to be pasted as they are.
+A model trained on a data-bin only translates raw text that goes through the same steps (casing,
+punctuation normalisation, Moses tokenisation with the same options, the same BPE codes or
+SentencePiece model). Each recipe records them here, once, for the plugin's
+``fairseq_residual.hub.load_translator`` (which reads ``summary.json`` itself: the plugin does not
+import these tools) and for ``fairseq-interactive`` (``fairseq_interactive_flags``). Paths are
+relative to the data-prep output folder, except in the flags, which are to be pasted as they are.
 """
 
 import shlex
 from pathlib import Path
 from typing import Optional
 
+from .moses import TextSteps
+
 
 def translation_record(
     out: Path,
     src: str,
     tgt: str,
-    *,
-    moses: bool,
-    lowercase: bool = False,
-    aggressive_dash_splits: bool = False,
-    normalize_punctuation: bool = False,
-    remove_non_printing: bool = False,
+    steps: TextSteps,
     bpe_codes: Optional[Path] = None,
     sentencepiece_model: Optional[Path] = None,
 ) -> dict:
-    """The record for one translation direction; exactly one of ``bpe_codes`` / ``sentencepiece_model``."""
+    """The record for raw source text processed by ``steps``; exactly one of ``bpe_codes`` / ``sentencepiece_model``."""
     out = Path(out)
     if (bpe_codes is None) == (sentencepiece_model is None):
         raise ValueError("give exactly one of bpe_codes and sentencepiece_model")
+    moses = steps.tokenize
     flags = ["--source-lang", src, "--target-lang", tgt]
     if moses:
         # fairseq's moses tokenizer splits dashes unless told not to; tokenizer.perl only with -a
-        flags += ["--tokenizer", "moses"] + ([] if aggressive_dash_splits else ["--moses-no-dash-splits"])
+        flags += ["--tokenizer", "moses"] + ([] if steps.aggressive_dash_splits else ["--moses-no-dash-splits"])
     if bpe_codes is not None:
         subword = {"bpe": "subword_nmt", "bpe_codes": str(Path(bpe_codes).relative_to(out))}
         flags += ["--bpe", "subword_nmt", "--bpe-codes", str(Path(bpe_codes).resolve())]
@@ -46,11 +42,11 @@ def translation_record(
         "source_lang": src,
         "target_lang": tgt,
         "data_bin": "bin",
-        "lowercase": lowercase,
-        "normalize_punctuation": normalize_punctuation,
-        "remove_non_printing": remove_non_printing,
+        "lowercase": steps.lowercase,
+        "normalize_punctuation": steps.normalize_punctuation,
+        "remove_non_printing": steps.remove_non_printing,
         "tokenizer": "moses" if moses else None,
-        "moses_aggressive_dash_splits": aggressive_dash_splits if moses else None,
+        "moses_aggressive_dash_splits": steps.aggressive_dash_splits if moses else None,
         **subword,
         # fairseq-interactive lowercases nothing: with "lowercase", lowercase the input first
         "fairseq_interactive_flags": shlex.join(flags),

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from ..errors import DataError
 from . import pipeline
-from .cli import ArchiveSource, add_common_options, recipe_parser, run_main
+from .cli import ArchiveSource, add_common_options, check_languages, recipe_parser, run_main
 from .formats import seg_lines, write_lines
 from .moses import TextSteps, clean_corpus, process_file, process_lines
 from .translation import translation_record
@@ -57,11 +57,7 @@ def find_sgm(names, prefix: str, year: int, lang: str, src: str) -> str:
 
 
 def prepare(args) -> pipeline.Stages:
-    if {args.src, args.tgt} != set(LANGS):
-        raise DataError(
-            f"WMT'14 here is English-German: use --src en --tgt de or --src de --tgt en "
-            f"(got --src {args.src} --tgt {args.tgt})"
-        )
+    check_languages(args, LANGS, "WMT'14 here is English-German")
     stages = pipeline.RecipeStages("wmt14", args, args.out or f"data-bin/wmt14.{args.src}-{args.tgt}")
     orig, tmp, text = stages.orig, stages.tmp, stages.text
     source = ArchiveSource(args, stages.out)
@@ -164,16 +160,7 @@ def prepare(args) -> pipeline.Stages:
         bpe_merges=args.bpe_merges,
         news_commentary=args.news_commentary,
         test_splits=split_names,
-        translation=translation_record(
-            stages.out,
-            args.src,
-            args.tgt,
-            moses=True,
-            aggressive_dash_splits=True,
-            normalize_punctuation=True,
-            remove_non_printing=True,
-            bpe_codes=codes,
-        ),
+        translation=translation_record(stages.out, args.src, args.tgt, steps[args.src], bpe_codes=codes),
         expected_newstest_pairs_real_release={f"newstest{y}": n for y, n in NEWSTEST_SIZES.items()},
     )
     return stages
