@@ -42,11 +42,9 @@ def plot_training_curves(results, path, curve, ylabel):
                 style = SEED_STYLES[seeds.index(r["seed"]) % len(SEED_STYLES)]
                 marker = "." if curve == "valid_curve" else None
                 ax.plot(*zip(*r[curve]), style, color=colors[r["scheme"]], label=label, marker=marker)
-            ax.set_title(f"E{depth}D{depth}, warmup {'yes' if warmup else 'no'}")
-            ax.set_xlabel("updates")
+            title = f"E{depth}D{depth}, warmup {'yes' if warmup else 'no'}"
+            ax.set(title=title, xlabel="updates", ylabel=ylabel if col == 0 else "")
             ax.grid(alpha=0.3)
-            if col == 0:
-                ax.set_ylabel(ylabel)
             ax.legend(fontsize=7)
     fig.suptitle("CPU-scale study on the synthetic corpus (small-scale analogue)")
     fig.tight_layout()
@@ -115,11 +113,9 @@ def plot_profiles(summary, metric, path):
                     ax.plot(ks, fitted, style, color=colors[scheme], lw=1, label=f"{scheme}: fitted {name}")
             if metric != "cosine":
                 ax.set_yscale("log")
-            ax.set_title(f"{side}, N = {depth}")
-            ax.set_xlabel("block k" if metric == "grad_norm" else "block k (pair k, k+1)")
+            xlabel = "block k" if metric == "grad_norm" else "block k (pair k, k+1)"
+            ax.set(title=f"{side}, N = {depth}", xlabel=xlabel, ylabel=PROFILE_LABELS[metric] if col == 0 else "")
             ax.grid(alpha=0.3)
-            if col == 0:
-                ax.set_ylabel(PROFILE_LABELS[metric])
     fig.suptitle(f"{PROFILE_LABELS[metric]} at initialisation (shaded: ± std over seeds)")
     _figure_legend(fig, axes)
     save(fig, path, dpi=90)
@@ -147,13 +143,9 @@ def plot_versus_depth(runs, path):
                     cell = [r[side][metric] for r in runs if (r["scheme"], r["layers"]) == (scheme, depth)]
                     (mean,), (std,) = probes.mean_std([[value(v)] for v in cell if v])
                     stats.append((depth, mean, std))
-                if stats:
-                    xs, ms, ss = zip(*stats)
-                    ax.errorbar(xs, ms, yerr=ss, marker="o", capsize=3, color=colors[scheme], label=scheme)
-            ax.set_yscale("log")
-            ax.set_xlabel("layers per stack N")
-            ax.set_ylabel(label)
-            ax.set_title(side)
+                xs, ms, ss = zip(*stats)
+                ax.errorbar(xs, ms, yerr=ss, marker="o", capsize=3, color=colors[scheme], label=scheme)
+            ax.set(yscale="log", xlabel="layers per stack N", ylabel=label, title=side)
             ax.grid(alpha=0.3)
     fig.suptitle("Probes at initialisation versus depth (mean ± std over seeds)")
     _figure_legend(fig, axes)

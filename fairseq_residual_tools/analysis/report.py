@@ -1,5 +1,6 @@
 """The README of a probe run: its command and setting, the key numbers as tables, the fits."""
 
+import statistics
 from pathlib import Path
 from typing import Callable, Dict, List
 
@@ -10,21 +11,15 @@ from . import probes
 
 def _depth_table(runs: List[Dict], value: Callable[[Dict], float], fmt: str) -> str:
     """Rows scheme, columns 'stack N' with mean ± std over seeds of value(run[stack])."""
-    depths = sorted({r["layers"] for r in runs})
-    header = [f"{side[:3]} N={d}" for side in probes.STACKS for d in depths]
-    rows = []
-    for scheme in dict.fromkeys(r["scheme"] for r in runs):
-        row = [scheme]
-        for side in probes.STACKS:
-            for d in depths:
-                group = [r for r in runs if (r["scheme"], r["layers"]) == (scheme, d)]
-                if not group:
-                    row.append("")
-                    continue
-                (mean,), (std,) = probes.mean_std([[value(r[side])] for r in group])
-                row.append(f"{mean:{fmt}} ± {std:{fmt}}")
-        rows.append(row)
-    return table(["scheme", *header], rows)
+    columns = [(side, d) for side in probes.STACKS for d in sorted({r["layers"] for r in runs})]
+
+    def cell(scheme: str, side: str, depth: int) -> str:
+        values = [value(r[side]) for r in runs if (r["scheme"], r["layers"]) == (scheme, depth)]
+        return f"{statistics.fmean(values):{fmt}} ± {statistics.pstdev(values):{fmt}}" if values else ""
+
+    schemes = dict.fromkeys(r["scheme"] for r in runs)
+    rows = [[scheme, *(cell(scheme, side, depth) for side, depth in columns)] for scheme in schemes]
+    return table(["scheme", *(f"{side[:3]} N={d}" for side, d in columns)], rows)
 
 
 def _fit_table(summary: Dict) -> str:

@@ -137,18 +137,12 @@ def format_cell(runs: List[Dict], key: str, digits: int) -> str:
 def ablation_table(results: List[Dict], key: str, digits: int) -> str:
     """The paper's warmup-ablation layout: rows scheme x warmup, one column per depth."""
     depths = sorted({r["layers"] for r in results})
-    schemes = list(dict.fromkeys(r["scheme"] for r in results))
-    rows = [
-        [scheme, "yes" if warmup else "no"]
-        + [
-            format_cell(
-                [r for r in results if (r["scheme"], r["warmup"], r["layers"]) == (scheme, warmup, d)], key, digits
-            )
-            for d in depths
-        ]
-        for scheme in schemes
-        for warmup in (True, False)
-    ]
+    rows = []
+    for scheme in dict.fromkeys(r["scheme"] for r in results):
+        for warmup in (True, False):
+            runs = [r for r in results if (r["scheme"], r["warmup"]) == (scheme, warmup)]
+            cells = [format_cell([r for r in runs if r["layers"] == d], key, digits) for d in depths]
+            rows.append([scheme, "yes" if warmup else "no", *cells])
     return table(["method", "warmup"] + [f"E{d}D{d}" for d in depths], rows)
 
 

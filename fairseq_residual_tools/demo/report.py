@@ -39,19 +39,13 @@ def describe_depth(d: Dict) -> str:
 
 def results_table(rows: List[Dict]) -> str:
     """Scheme x depth: test BLEU, final validation loss, and the "fails" verdict with its reason."""
-    return table(
-        ["depth", "scheme", "test BLEU", "final valid loss", "fails rule"],
-        [
-            [
-                depth_label(r["layers"], r.get("depth")),
-                name(r["scheme"]),
-                f"{r['bleu']:.1f}",
-                "n/a" if r["final_valid_loss"] is None else f"{r['final_valid_loss']:.2f}",
-                f"**fails**: {r['fails']}" if r["fails"] else "trained",
-            ]
-            for r in rows
-        ],
-    )
+
+    def cells(r: Dict) -> List[str]:
+        valid_loss = "n/a" if r["final_valid_loss"] is None else f"{r['final_valid_loss']:.2f}"
+        verdict = f"**fails**: {r['fails']}" if r["fails"] else "trained"
+        return [depth_label(r["layers"], r.get("depth")), name(r["scheme"]), f"{r['bleu']:.1f}", valid_loss, verdict]
+
+    return table(["depth", "scheme", "test BLEU", "final valid loss", "fails rule"], map(cells, rows))
 
 
 def _list(items: List[str]) -> str:
@@ -108,9 +102,8 @@ def plot_curves(rows: List[Dict], path: Path):
             if r["layers"] == layers and r["train_curve"]:
                 label = name(r["scheme"]) + (" (fails)" if r["fails"] else "")
                 ax.plot(*zip(*r["train_curve"]), color=colors[r["scheme"]], label=label)
-        ax.set_title(depth_label(layers, next(r.get("depth") for r in rows if r["layers"] == layers)))
-        ax.set_xlabel("updates")
-        ax.set_ylabel("training loss (label-smoothed CE, base 2)")
+        title = depth_label(layers, next(r.get("depth") for r in rows if r["layers"] == layers))
+        ax.set(title=title, xlabel="updates", ylabel="training loss (label-smoothed CE, base 2)")
         ax.grid(alpha=0.3)
         ax.legend()
     fig.suptitle("make demo: the embedded synthetic corpus on CPU")
