@@ -36,23 +36,19 @@ def last_checkpoints(folder, n: int, kind: str) -> List[Path]:
 
 def average_checkpoints(paths: List[Path], out: Path) -> Path:
     """Write the mean of ``paths``' parameters to ``out`` (same tensor dtypes as the inputs)."""
-    total, dtypes, newest = None, None, None
-    for path in paths:
+    for i, path in enumerate(paths):
         state = torch.load(path, map_location="cpu", weights_only=True)
         params = state["model"]
-        if total is None:
-            total = {k: v.to(torch.float64) if v.is_floating_point() else v.clone() for k, v in params.items()}
-            dtypes = {k: v.dtype for k, v in params.items()}
-        elif params.keys() != total.keys():
+        if i == 0:
+            total = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in params.items() if v.is_floating_point()}
+            keys = params.keys()
+        elif params.keys() != keys:
             raise DataError(f"{path} has other parameters than {paths[0]}: not checkpoints of one model")
-        else:
-            for k, v in params.items():
-                if v.is_floating_point():
-                    total[k] += v.to(torch.float64)
-                else:  # counters and the like: the newest checkpoint's
-                    total[k] = v.clone()
-        newest = state
-    newest["model"] = {k: (v / len(paths)).to(dtypes[k]) if v.is_floating_point() else v for k, v in total.items()}
+        for k in total:
+            total[k] += params[k].to(torch.float64)
+    # the newest checkpoint, its floating-point tensors replaced by the means (counters and the like stay its own)
+    newest = state
+    newest["model"] = {k: (total[k] / len(paths)).to(v.dtype) if k in total else v for k, v in params.items()}
     newest.pop("last_optimizer_state", None)
     out = Path(out)
     tmp = out.with_name(out.name + ".tmp")

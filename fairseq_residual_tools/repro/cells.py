@@ -120,12 +120,8 @@ class Cell:
 
     def overrides(self) -> List[str]:
         """Hydra overrides that turn the dataset's config into this cell's."""
-        out = [
-            f"model.residual_scheme={self.scheme}",
-            f"model.encoder_layers={self.encoder_layers}",
-            f"model.decoder_layers={self.decoder_layers}",
-        ]
-        return out if self.warmup else out + ["+warmup=none"]
+        depth = [f"model.encoder_layers={self.encoder_layers}", f"model.decoder_layers={self.decoder_layers}"]
+        return [f"model.residual_scheme={self.scheme}", *depth, *([] if self.warmup else ["+warmup=none"])]
 
 
 def parse_cell(name: str) -> Cell:

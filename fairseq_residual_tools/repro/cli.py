@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from . import estimates
-from .cells import NOT_IMPLEMENTED, paper_cells
+from .cells import NOT_IMPLEMENTED, paper_cells, parse_cell
 from .status import FAILS, TRAINED, training_state
 from .tables import DEFAULT_OUT, DEFAULT_RESULTS, DEFAULT_WORK, make_tables
 
@@ -85,7 +85,6 @@ def _default_gpus(args):
 
 
 def cmd_train(args) -> int:
-    from .cells import parse_cell
     from .launch import train
 
     parse_cell(args.cell)  # a wrong name is reported before anything else

@@ -37,17 +37,16 @@ class ProcessRank:
 def process_rank(environ: Mapping[str, str], ranks_from: Optional[str]) -> ProcessRank:
     """This process's place in the job; a single process when no launcher started it."""
     if ranks_from is None:
-        ranks_from = "torchrun" if "RANK" in environ and "WORLD_SIZE" in environ else None
-    if ranks_from is None:
-        return ProcessRank(0, 1, 0)
+        if "RANK" not in environ or "WORLD_SIZE" not in environ:
+            return ProcessRank(0, 1, 0)
+        ranks_from = "torchrun"
     names = RANK_VARIABLES[ranks_from]
     missing = [n for n in names if n not in environ]
     if missing:
         raise SystemExit(
             f"error: --ranks-from {ranks_from}: {', '.join(missing)} not set (not started by {ranks_from}?)"
         )
-    rank, world, local = (int(environ[n]) for n in names)
-    return ProcessRank(rank, world, local)
+    return ProcessRank(*(int(environ[n]) for n in names))
 
 
 def distributed_overrides(rank: ProcessRank, cpu: bool, visible_gpus: int = 0) -> List[str]:

@@ -110,9 +110,6 @@ def derive_batch(
     )
 
 
-# ----------------------------------------------------------------------------- the configuration
-
-
 def compose(cell: Cell, overrides: List[str] = ()):
     """The cell's full fairseq configuration, composed as fairseq-hydra-train does."""
     from fairseq.dataclass.initialize import add_defaults, hydra_init
@@ -121,13 +118,12 @@ def compose(cell: Cell, overrides: List[str] = ()):
 
     import fairseq_residual  # noqa: F401  (registers the model's options)
 
-    name = cell.dataset
-    hydra_init(name)
+    hydra_init(cell.dataset)
     with warnings.catch_warnings():
         # hydra's deprecation notes about fairseq's own config layout (schema matching, _group_)
         warnings.simplefilter("ignore", UserWarning)
         with initialize_config_dir(config_dir=str(CONFIG_DIR), version_base="1.1"):
-            cfg = hydra_compose(name, overrides=[*cell.overrides(), *overrides])
+            cfg = hydra_compose(cell.dataset, overrides=[*cell.overrides(), *overrides])
     add_defaults(cfg)
     return cfg
 
@@ -175,9 +171,6 @@ def data_problem(dataset: Dataset, data: Path, cfg) -> Optional[str]:
             "make a joined dictionary (every data-prep/ recipe does; fairseq-preprocess --joined-dictionary)"
         )
     return None
-
-
-# ----------------------------------------------------------------------------- the commands
 
 
 @dataclass
@@ -311,9 +304,6 @@ def dataset_config(dataset: str, extra: tuple = ()):
         ["task.lang_pairs=en-de", "task.langs=[de,en]"] if dataset == "opus100" else []
     )
     return compose(probe, [*placeholders, *extra])
-
-
-# ----------------------------------------------------------------------------- running
 
 
 def write_launch_record(cell_dir: Path, record: dict, new: bool):

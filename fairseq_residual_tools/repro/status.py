@@ -4,22 +4,9 @@ The evidence, written to ``<work>/<cell>/`` by ``launch.train``: ``train.log`` (
 ``### <time> launch: <command>``, then fairseq's output) and ``launch.json`` (one record per launch,
 ``"returncode": null`` until it ends; then fairseq's return code and the stop signal, if any). A last
 record without a return code is a launch that is running, or was killed together with its launcher.
-The states, in the order they are checked (docs/reproduce.md, "Cell states"):
-
-=========================  ====================================================================
-not run                    no launch has started (no ``train.log``)
-running or interrupted     the last launch has no record, or it ended by a signal; the same
-                           command resumes it from ``checkpoint_last.pt``
-fails                      the last launch ended by itself and the log shows divergence
-                           (``training_log``; a curve cut off by a kill is not judged)
-trained                    the last launch exited 0 after fairseq's "done training" (at
-                           ``max_update``, early stop or ``max_epoch``: named in the detail)
-failed                     the last launch exited otherwise; the detail is its exit status and the
-                           last line of the log (usually the error)
-=========================  ====================================================================
-
-Only "trained" (and "fails", which the paper reports) may be evaluated; ``evaluate.sh
---allow-unfinished`` scores the others as a recorded deviation.
+The states are checked in the order of their constants below (docs/reproduce.md, "Cell states"). Only
+"trained" (and "fails", which the paper reports) may be evaluated; ``evaluate.sh --allow-unfinished``
+scores the others as a recorded deviation.
 """
 
 import json
@@ -29,11 +16,11 @@ from pathlib import Path
 
 from ..training_log import divergence, read_log
 
-NOT_RUN = "not run"
-RUNNING = "running or interrupted"
-FAILS = "fails"
-TRAINED = "trained"
-FAILED = "failed"
+NOT_RUN = "not run"  # no launch has started (no train.log)
+RUNNING = "running or interrupted"  # the last launch has no record, or ended by a signal: the same command resumes it
+FAILS = "fails"  # the last launch ended by itself and its log shows divergence (a killed one is not judged)
+TRAINED = "trained"  # the last launch exited 0 after fairseq's "done training"; the detail says why it stopped
+FAILED = "failed"  # the last launch exited otherwise; the detail is the log's last line (usually the error)
 
 LAUNCH_MARK = "### "
 #: exit statuses of a process killed by SIGINT, SIGKILL or SIGTERM, as shells and srun report them

@@ -61,8 +61,7 @@ def _number(value) -> Optional[float]:
 def render(table: PaperTable, results_dir: Path, work_dir: Optional[Path]) -> str:
     with_warmup = any(not r.warmup for r in table.rows)
     header = ["method"] + (["warmup"] if with_warmup else [])
-    for column in table.columns:
-        header += [f"{column} measured", f"{column} paper", f"{column} diff"]
+    header += [f"{column} {kind}" for column in table.columns for kind in ("measured", "paper", "diff")]
     rows, footnotes, failures = [], {}, {}
     for row in table.rows:
         cells = [row.method] + (["yes" if row.warmup else "no"] if with_warmup else [])
