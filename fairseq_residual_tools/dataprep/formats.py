@@ -13,7 +13,7 @@ import re
 import shutil
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, List, Sequence
+from typing import Dict, Iterator, List, Sequence
 
 from ..errors import DataError
 
@@ -106,6 +106,15 @@ def seg_lines(path: Path) -> List[str]:
     if not out:
         raise DataError(f"{path} has no <seg id=...> lines: not an IWSLT XML / WMT SGML test set")
     return out
+
+
+def aligned_seg_lines(paths: Dict[str, Path]) -> Dict[str, List[str]]:
+    """``seg_lines`` of a test set's file per language, which must hold as many segments."""
+    segs = {lang: seg_lines(path) for lang, path in paths.items()}
+    if len({len(s) for s in segs.values()}) > 1:
+        files, counts = " and ".join(map(str, paths.values())), " and ".join(str(len(s)) for s in segs.values())
+        raise DataError(f"{files} have {counts} segments; they must be aligned")
+    return segs
 
 
 def write_lines(path: Path, lines: List[str]):

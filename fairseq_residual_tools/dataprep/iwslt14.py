@@ -20,10 +20,9 @@ One data-bin serves both directions: fairseq's translation task reads the
 from functools import partial
 from pathlib import Path
 
-from ..errors import DataError
 from . import pipeline
 from .cli import ArchiveSource, add_common_options, check_languages, recipe_parser, run_main
-from .formats import iwslt_train_lines, seg_lines, write_lines
+from .formats import aligned_seg_lines, iwslt_train_lines, write_lines
 from .moses import TextSteps, clean_corpus, process_file, process_lines
 from .translation import translation_record
 
@@ -40,12 +39,9 @@ TEST_SETS = (
 )
 EXPECTED_PAIRS = {"train": 160239, "valid": 7283, "test": 6750}
 VALID_EVERY = 23
-
-
-def archive_members():
-    members = [f"{PAIR}/train.tags.{PAIR}.{l}" for l in LANGS]
-    members += [f"{PAIR}/{name}.{PAIR}.{l}.xml" for name in TEST_SETS for l in LANGS]
-    return members
+# what the recipe reads from the archive
+MEMBERS = [f"{PAIR}/train.tags.{PAIR}.{l}" for l in LANGS]
+MEMBERS += [f"{PAIR}/{name}.{PAIR}.{l}.xml" for name in TEST_SETS for l in LANGS]
 
 
 def prepare(args) -> pipeline.Stages:
@@ -56,9 +52,7 @@ def prepare(args) -> pipeline.Stages:
     w, quiet = args.workers, args.quiet
     raw = orig / PAIR
 
-    stages.run(
-        "extract", [raw], partial(source.extract, ARCHIVE, archive_members(), orig), options=source.identity(ARCHIVE)
-    )
+    stages.run("extract", [raw], partial(source.extract, ARCHIVE, MEMBERS, orig), options=source.identity(ARCHIVE))
     for l in LANGS:
         stripped, tok = tmp / f"train.tags.{PAIR}.raw.{l}", tmp / f"train.tags.{PAIR}.tok.{l}"
         stages.run(
@@ -88,12 +82,7 @@ def prepare(args) -> pipeline.Stages:
     def test_set(l):
         lines = []
         for name in TEST_SETS:
-            segs = {x: seg_lines(raw / f"{name}.{PAIR}.{x}.xml") for x in LANGS}
-            if len(segs["de"]) != len(segs["en"]):
-                raise DataError(
-                    f"{raw / name}.{PAIR}.{{de,en}}.xml have {len(segs['de'])} and "
-                    f"{len(segs['en'])} segments; they must be aligned"
-                )
+            segs = aligned_seg_lines({x: raw / f"{name}.{PAIR}.{x}.xml" for x in LANGS})
             lines += process_lines(test_steps[l], segs[l])
         write_lines(tmp / f"test.{l}", lines)
 

@@ -42,7 +42,6 @@ class TextSteps:
     remove_non_printing: bool = False
     tokenize: bool = True
     aggressive_dash_splits: bool = False  # tokenizer.perl -a
-    escape: bool = True  # tokenizer.perl escapes unless -no-escape
     lowercase: bool = False
 
 
@@ -62,8 +61,9 @@ class _Processor:
         if s.remove_non_printing:
             line = remove_non_printing(line)
         if s.tokenize:
+            # escape=True: tokenizer.perl escapes unless -no-escape, and fairseq's recipes keep that
             line = self.tokenizer.tokenize(
-                line, aggressive_dash_splits=s.aggressive_dash_splits, escape=s.escape, return_str=True
+                line, aggressive_dash_splits=s.aggressive_dash_splits, escape=True, return_str=True
             )
         if s.lowercase:
             line = line.lower()

@@ -26,7 +26,7 @@ from pathlib import Path
 from ..errors import DataError
 from . import pipeline
 from .cli import ArchiveSource, add_common_options, check_languages, recipe_parser, run_main
-from .formats import seg_lines, write_lines
+from .formats import aligned_seg_lines, write_lines
 from .moses import TextSteps, clean_corpus, process_file, process_lines
 from .translation import translation_record
 
@@ -93,8 +93,8 @@ def prepare(args) -> pipeline.Stages:
     }
     for name in corpora:
         for l in LANGS:
-            raw, tok = orig / name / f"{CORPORA[name][1]}.{l}", tmp / f"{name}.tok.{l}"
-            stages.run(f"tokenize.{name}.{l}", [tok], partial(process_file, steps[l], raw, tok, workers=w, quiet=quiet))
+            raw, dst = orig / name / f"{CORPORA[name][1]}.{l}", tmp / f"{name}.tok.{l}"
+            stages.run(f"tokenize.{name}.{l}", [dst], partial(process_file, steps[l], raw, dst, workers=w, quiet=quiet))
 
     def concat():
         for name in corpora:
@@ -105,15 +105,9 @@ def prepare(args) -> pipeline.Stages:
     stages.run("concatenate", [tmp / f"train.tags.tok.{l}" for l in LANGS], concat, options={"corpora": corpora})
 
     def tokenize_set(name, folder, year):
-        paths = {l: sgm_path(folder, year, l) for l in LANGS}
-        lines = {l: process_lines(TextSteps(lang=l, aggressive_dash_splits=True), seg_lines(paths[l])) for l in LANGS}
-        if len(lines["en"]) != len(lines["de"]):
-            raise DataError(
-                f"{paths['en']} and {paths['de']} have {len(lines['en'])} and "
-                f"{len(lines['de'])} segments; they must be aligned"
-            )
+        segs = aligned_seg_lines({l: sgm_path(folder, year, l) for l in LANGS})
         for l in LANGS:
-            write_lines(tmp / f"{name}.{l}", lines[l])
+            write_lines(tmp / f"{name}.{l}", process_lines(TextSteps(lang=l, aggressive_dash_splits=True), segs[l]))
 
     for name, (folder, year) in test_sets.items():
         outputs = [tmp / f"{name}.{l}" for l in LANGS]
