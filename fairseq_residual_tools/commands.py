@@ -79,14 +79,6 @@ def generate_command(databin, save_dir, *extra: str) -> List[str]:
     )
 
 
-def read_hypotheses(save_dir, lang: str) -> List[str]:
-    """The Moses-detokenised hypotheses of ``generate_command``'s output, in test-set order."""
-    from .repro.scoring import detokenize, parse_generate
-
-    text = (Path(save_dir) / "generate-test" / "generate-test.txt").read_text(encoding="utf-8")
-    return detokenize(parse_generate(text).hypotheses, lang)
-
-
 def run_training(cmd: Sequence[str], out_file: Path, label: str, on_line: Optional[Callable[[str], None]] = None):
     """Run a ``train_command`` with one torch thread, output in ``out_file``. A NaN stop is a training outcome
     ("fails", read from the log); any other failure (e.g. a broken import) is no verdict: raised, retried next time."""
@@ -102,9 +94,12 @@ def score_test_set(databin, save_dir: Path, references: List[str], label: str, *
     the hypotheses and the result fields ``bleu``, ``bleu_signature``, ``generate_command``; failure raises RunError."""
     from sacrebleu.metrics import BLEU
 
+    from .repro.scoring import detokenize, parse_generate
+
     cmd = generate_command(databin, save_dir, *extra, *LENGTH_LIMIT)
     run_logged(cmd, Path(save_dir) / "generate.out", env=one_thread_env(), label=f"{label}: fairseq-generate")
-    hypotheses = read_hypotheses(save_dir, "en")
+    output = (Path(save_dir) / "generate-test" / "generate-test.txt").read_text(encoding="utf-8")
+    hypotheses = detokenize(parse_generate(output).hypotheses, "en")  # Moses-detokenised, in test-set order
     metric = BLEU()
     score = metric.corpus_score(hypotheses, [references])
     return hypotheses, dict(

@@ -69,26 +69,33 @@ def _loss(value) -> float:
         return math.nan
 
 
+def json_record(line: str) -> Optional[dict]:
+    """The JSON record of a ``--log-format json`` line (after fairseq's prefix), or None."""
+    brace = line.find("{")
+    if brace < 0 or '"' not in line[brace:]:
+        return None
+    try:
+        record = json.loads(line[brace:])
+    except json.JSONDecodeError:
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def parse_log(text: str) -> TrainLog:
     """Parse ``--log-format json`` or ``simple`` lines of fairseq-train / fairseq-hydra-train."""
     inner, summary, valid, nan_error = [], [], [], False
     for line in text.splitlines():
         if any(m in line for m in _NAN_MESSAGES) or "loss is nan" in line.lower():
             nan_error = True
-        brace = line.find("{")
-        if brace >= 0 and '"' in line[brace:]:
-            try:
-                rec = json.loads(line[brace:])
-            except json.JSONDecodeError:
-                rec = None
-            if isinstance(rec, dict):
-                if "valid_loss" in rec:
-                    valid.append((int(rec.get("valid_num_updates", 0)), _loss(rec["valid_loss"])))
-                elif "loss" in rec and "num_updates" in rec and "update" in rec:
-                    inner.append((int(rec["num_updates"]), _loss(rec["loss"])))
-                elif "train_loss" in rec and "train_num_updates" in rec:
-                    summary.append((int(rec["train_num_updates"]), _loss(rec["train_loss"])))
-                continue
+        rec = json_record(line)
+        if rec is not None:
+            if "valid_loss" in rec:
+                valid.append((int(rec.get("valid_num_updates", 0)), _loss(rec["valid_loss"])))
+            elif "loss" in rec and "num_updates" in rec and "update" in rec:
+                inner.append((int(rec["num_updates"]), _loss(rec["loss"])))
+            elif "train_loss" in rec and "train_num_updates" in rec:
+                summary.append((int(rec["train_num_updates"]), _loss(rec["train_loss"])))
+            continue
         match, loss = _SIMPLE.search(line), _SIMPLE_LOSS.search(line)
         if match and loss:
             if "valid on" in line:

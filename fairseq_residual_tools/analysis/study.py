@@ -32,7 +32,7 @@ from ..markdown import table
 from ..provenance import describe, describe_git, git_state, provenance
 from ..runner import RunError
 from ..training_log import RULE as FAILS_RULE
-from ..training_log import log_span, outcome
+from ..training_log import json_record, log_span, outcome
 
 ROOT = Path(__file__).resolve().parents[2]
 STUDIED_SCHEMES = ("post", "pre", "residual")
@@ -75,11 +75,10 @@ def print_validations(label: str):
     """An ``on_line`` callback printing each validation loss of a training as progress."""
 
     def progress(line: str):
-        if '"valid_loss"' in line:
-            record = json.loads(line[line.find("{") :])
-            print(
-                f"    [{label}] update {record.get('valid_num_updates')}: valid loss {record['valid_loss']}", flush=True
-            )
+        record = json_record(line)
+        if record is not None and "valid_loss" in record:
+            update, loss = record.get("valid_num_updates"), record["valid_loss"]
+            print(f"    [{label}] update {update}: valid loss {loss}", flush=True)
 
     return progress
 

@@ -4,10 +4,10 @@ It reads fairseq-train's JSON ``train_inner`` lines as ``run_logged`` passes the
 is the rate of this process so far (a resumed training starts counting again).
 """
 
-import json
-import sys
 import time
-from typing import Optional, TextIO
+from typing import Optional
+
+from ..training_log import json_record
 
 
 def format_seconds(seconds: float) -> str:
@@ -18,20 +18,18 @@ def format_seconds(seconds: float) -> str:
 class TrainingProgress:
     """``on_line`` callback: prints ``[label] update U/N  loss L  ETA T`` at most every ``every`` updates."""
 
-    def __init__(self, label: str, max_update: int, every: int, stream: Optional[TextIO] = None):
+    def __init__(self, label: str, max_update: int, every: int):
         self.label, self.max_update, self.every = label, max_update, max(1, every)
-        self.stream = stream or sys.stdout
         self.start: Optional[tuple] = None  # (time, update) of the first logged update
         self.next_print = 0
 
     def __call__(self, line: str):
-        brace = line.find("{")
-        if brace < 0 or '"num_updates"' not in line or '"loss"' not in line:
+        record = json_record(line)
+        if record is None or "num_updates" not in record or "loss" not in record:
             return
         try:
-            record = json.loads(line[brace:])
             update, loss = int(record["num_updates"]), float(record["loss"])
-        except (ValueError, KeyError):
+        except ValueError:
             return
         now = time.monotonic()
         if self.start is None:
@@ -42,8 +40,4 @@ class TrainingProgress:
         self.next_print = update + self.every
         t0, u0 = self.start
         eta = "?" if update == u0 else format_seconds((self.max_update - update) * (now - t0) / (update - u0))
-        print(
-            f"[{self.label}] update {update}/{self.max_update}  loss {loss:.2f}  ETA {eta}",
-            file=self.stream,
-            flush=True,
-        )
+        print(f"[{self.label}] update {update}/{self.max_update}  loss {loss:.2f}  ETA {eta}", flush=True)
