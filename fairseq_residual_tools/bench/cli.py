@@ -4,7 +4,7 @@
     fairseq-residual-bench --sizes iwslt-e6d6 --schemes all --out /tmp/bench
     fairseq-residual-bench --device cuda --sizes wmt-e18d18 --out /tmp/bench-gpu
 
-What is measured and how: fairseq_residual_tools/bench/ (one module per part).
+What is measured and how: fairseq_residual_tools/bench/.
 """
 
 import argparse
@@ -23,32 +23,25 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     p.add_argument("--sizes", default=",".join(SIZES), help=f"comma-separated, from: {', '.join(known)}")
     p.add_argument(
         "--schemes",
-        help="comma-separated residual_transformer schemes to measure at every size, or 'all' "
-        "(default: post,pre,residual; residual only at wmt-e18d18)",
+        help="comma-separated residual_transformer schemes at every size, or 'all' (default: post,pre,residual; "
+        "residual only at wmt-e18d18)",
     )
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the models run (default: cpu)")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs of every variant first, per layout")
-    p.add_argument(
-        "--layouts",
-        type=int,
-        default=2,
-        help="fresh processes per size, each building and running the variants in a rotated order",
-    )
+    p.add_argument("--layouts", type=int, default=2, help="fresh processes per size, variants in rotated orders")
     p.add_argument("--rounds", type=int, default=2, help="interleaved timed rounds of training per layout")
     p.add_argument("--generation-rounds", type=int, default=5, help="interleaved timed rounds of generation per layout")
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
     p.add_argument(
         "--same-process",
         action="store_true",
-        help="measure every size in this process (default: each size in fresh processes, so that none "
-        "inherits another's allocator state)",
+        help="measure every size in this process (default: fresh processes, see isolation.py)",
     )
     p.add_argument(
         "--malloc",
         choices=list(MALLOC_SETTINGS),
         help="glibc malloc settings of the measuring processes (default: this environment's): 'keep' freed "
-        "memory (MALLOC_MMAP_MAX_=0, MALLOC_TRIM_THRESHOLD_=64 GiB: no memory handed back to the kernel and "
-        "faulted in again, as with PyTorch's caching allocator on a GPU), or glibc's 'default' settings",
+        "memory (as PyTorch's caching allocator does on a GPU) or glibc's 'default'; see isolation.py",
     )
     p.add_argument("--out", type=Path, default=Path("results/bench"), help="folder for bench.json and bench.md")
     args = p.parse_args(argv)

@@ -75,7 +75,7 @@ def speed_table(times: Dict[str, Dict[str, List[float]]], amount: float, unit: s
 
 def pool_layouts(results: Sequence[Dict]) -> Dict:
     """One size's results from several layouts as one: the rounds of every layout side by side,
-    ratios recomputed over all of them, the memory of whichever result measured it."""
+    ratios recomputed over all of them, the memory of the first (the layout that measures it)."""
     pooled = dict(results[0])
     pooled["layouts"] = [order for r in results for order in r["layouts"]]
     for table, amount, unit in (
@@ -89,8 +89,4 @@ def pool_layouts(results: Sequence[Dict]) -> Dict:
         pooled[table] = speed_table(times, amount, unit)
     for name in results[0]["variants"]:
         pooled["generate"][name]["hypothesis_lengths"] = results[0]["generate"][name]["hypothesis_lengths"]
-    pooled.pop("memory", None)
-    measured = [r["memory"] for r in results if "memory" in r]
-    if measured:
-        pooled["memory"] = measured[0]
     return pooled
