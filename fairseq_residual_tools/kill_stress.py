@@ -23,6 +23,7 @@ import logging
 import os
 import random
 import re
+import shutil
 import signal
 import sys
 import time
@@ -79,10 +80,8 @@ def start_training(argv, log_path, in_child: Optional[Callable[[], None]] = None
         os.dup2(fd, 1)
         os.dup2(fd, 2)
         sys.stdout = sys.stderr = os.fdopen(1, "w", buffering=1)
-        handler = logging.StreamHandler(sys.stdout)
-        handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)s | %(name)s | %(message)s"))
-        logging.root.handlers = [handler]
-        logging.root.setLevel(logging.INFO)
+        log_format = "%(asctime)s | %(levelname)s | %(name)s | %(message)s"
+        logging.basicConfig(stream=sys.stdout, format=log_format, level=logging.INFO, force=True)
         from fairseq_cli import train
 
         torch.set_num_threads(1)  # one thread: no OpenMP pool inherited across the fork, same maths every start
@@ -108,15 +107,13 @@ def wait_or_kill(pid, log_path, offset, saves_before_kill=None, delay=0.0, kill_
 
     Returns (killed, exit status, this start's log text).
     """
-    saves, due = 0, kill_at
+    due = kill_at
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return False, os.waitstatus_to_exitcode(status), _read(log_path, offset)
-        if due is None and saves_before_kill is not None:
-            saves = _read(log_path, offset).count(SAVING)
-            if saves >= saves_before_kill:
-                due = time.monotonic() + delay
+        if due is None and saves_before_kill is not None and _read(log_path, offset).count(SAVING) >= saves_before_kill:
+            due = time.monotonic() + delay
         if due is not None and time.monotonic() >= due:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
@@ -267,8 +264,6 @@ def _run_stress(databin, work, kills, size, max_update, seed, anytime_share, max
 
 
 def _fresh(save_dir, log_path):
-    import shutil
-
     shutil.rmtree(save_dir, ignore_errors=True)
     Path(log_path).unlink(missing_ok=True)
 
@@ -286,10 +281,8 @@ def _compare(report, final_path, reference_path):
     reference = torch.load(reference_path, map_location="cpu")
     report.final_updates = final["optimizer_history"][-1]["num_updates"]
     report.reference_updates = reference["optimizer_history"][-1]["num_updates"]
+    report.parameters_identical = _equal(final["model"], reference["model"])
     params = [(final["model"][k], reference["model"][k]) for k in reference["model"]]
-    report.parameters_identical = final["model"].keys() == reference["model"].keys() and all(
-        torch.equal(a, b) for a, b in params
-    )
     report.max_abs_parameter_difference = max(
         float((a.double() - b.double()).abs().max()) for a, b in params if a.is_floating_point()
     )
