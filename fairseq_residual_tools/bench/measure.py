@@ -149,15 +149,12 @@ def run(
             size_started, load_before = time.perf_counter(), load_average()
             results = []
             for layout in range(layouts):
+                settings = dict(measure, layout=layout, memory=layout == 0)
                 if fresh_process_per_size:
                     log(f"[{size.name}] layout {layout + 1} of {layouts}, in a fresh process")
-                    results.append(
-                        in_fresh_process(
-                            "measure_size", threads, malloc, size=size, layout=layout, memory=layout == 0, **measure
-                        )
-                    )
+                    results.append(in_fresh_process("measure_size", threads, malloc, size=size, **settings))
                 else:
-                    results.append(measure_size(size, layout=layout, memory=layout == 0, log=log, **measure))
+                    results.append(measure_size(size, log=log, **settings))
             result = pool_layouts(results)
             # the machine may be shared: each size records how busy it was around it
             result.update(
