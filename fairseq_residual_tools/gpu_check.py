@@ -28,6 +28,7 @@ from typing import Callable, Dict, List, Sequence
 from .errors import UserError, exit_on_user_error
 from .provenance import describe, provenance
 from .runner import PLUGIN_DIR, fairseq_command, run_logged
+from .training_log import json_record
 
 ROOT = PLUGIN_DIR.parent
 
@@ -97,18 +98,8 @@ def bench_outcome(bench: dict) -> str:
 
 def interval_records(text: str) -> List[dict]:
     """fairseq's per-interval training records (``train_inner``) of a ``--log-format json`` log."""
-    records = []
-    for line in text.splitlines():
-        brace = line.find("{")
-        if "train_inner" not in line or brace < 0:
-            continue
-        try:
-            rec = json.loads(line[brace:])
-        except json.JSONDecodeError:
-            continue
-        if "num_updates" in rec and "loss" in rec:
-            records.append(rec)
-    return records
+    records = [json_record(line) for line in text.splitlines() if "train_inner" in line]
+    return [r for r in records if r is not None and "num_updates" in r and "loss" in r]
 
 
 def _float(value) -> float:
