@@ -49,22 +49,17 @@ def prepare(args) -> pipeline.Stages:
     for split, prefix in prefixes.items():
         for lang in langs:
             raw, dst = Path(f"{prefix}.{lang}"), tmp / f"{split}.tok.{lang}"
-            stages.run(
-                f"tokenize.{split}.{lang}",
-                [dst],
-                partial(process_file, steps[lang], raw, dst, workers=w, quiet=quiet),
-                options=stages.options("lowercase", tokenize=tokenize),
-                inputs=[raw],
-            )
+            tokenize_file = partial(process_file, steps[lang], raw, dst, workers=w, quiet=quiet)
+            options = stages.options("lowercase", tokenize=tokenize)
+            stages.run(f"tokenize.{split}.{lang}", [dst], tokenize_file, options=options, inputs=[raw])
         tok[split] = tmp / f"{split}.tok"
     if args.max_len > 0:
-        clean = partial(
-            clean_corpus, str(tok["train"]), src, tgt, str(tmp / "train.clean"), 1, args.max_len, args.ratio
-        )
+        cleaned = tmp / "train.clean"
+        clean = partial(clean_corpus, str(tok["train"]), src, tgt, str(cleaned), 1, args.max_len, args.ratio)
         stages.run(
-            "clean.train", [tmp / f"train.clean.{l}" for l in langs], clean, options=stages.options("max_len", "ratio")
+            "clean.train", [Path(f"{cleaned}.{l}") for l in langs], clean, options=stages.options("max_len", "ratio")
         )
-        tok["train"] = tmp / "train.clean"
+        tok["train"] = cleaned
 
     train_text = [Path(f"{tok['train']}.{l}") for l in langs]
     if args.subword == "bpe":
@@ -84,12 +79,8 @@ def prepare(args) -> pipeline.Stages:
     for split in prefixes:
         for lang in langs:
             inp, dst = Path(f"{tok[split]}.{lang}"), text / f"{split}.{lang}"
-            stages.run(
-                f"subwords.{split}.{lang}",
-                [dst],
-                partial(encode, inp, dst),
-                options=stages.options("subword", text=str(tok[split])),
-            )
+            options = stages.options("subword", text=str(tok[split]))
+            stages.run(f"subwords.{split}.{lang}", [dst], partial(encode, inp, dst), options=options)
 
     for split in prefixes:
         if pipeline.same_length([text / f"{split}.{l}" for l in langs]) == 0:

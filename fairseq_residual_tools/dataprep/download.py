@@ -94,7 +94,8 @@ def _append(src, part: Path, progress):
 def _transfer(url: str, part: Path, total: Optional[int], quiet: bool):
     """Append the rest of ``url`` to ``part`` (which may hold a prefix already)."""
     offset = part.stat().st_size if part.exists() else 0
-    progress = progress_bar(f"download {part.name[:-5]}", total=total, unit="B", quiet=quiet, start=offset)
+    desc = f"download {part.name[:-5]}"
+    progress = progress_bar(desc, total=total, unit="B", quiet=quiet, start=offset)
     local = _local_path(url)
     try:
         if local is not None:
@@ -122,7 +123,7 @@ def _transfer(url: str, part: Path, total: Optional[int], quiet: bool):
             if offset and response.status != 206:  # server ignored the range: start again
                 logger.info("%s: server does not resume, restarting the download", url)
                 part.unlink()
-                progress = progress_bar(progress.desc, total=total, unit="B", quiet=quiet)
+                progress = progress_bar(desc, total=total, unit="B", quiet=quiet)
             _append(response, part, progress)
     finally:
         progress.close()

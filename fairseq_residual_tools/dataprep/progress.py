@@ -12,7 +12,7 @@ def progress_bar(desc: str, total=None, unit="lines", quiet=False, start=0):
     """A tqdm bar counting ``unit`` from ``start``; ``unit="B"`` counts bytes in KiB/MiB."""
     from tqdm import tqdm
 
-    bar = tqdm(
+    return tqdm(
         desc=desc,
         total=total,
         unit=unit if unit == "B" else f" {unit}",
@@ -24,5 +24,3 @@ def progress_bar(desc: str, total=None, unit="lines", quiet=False, start=0):
         unit_divisor=1024,
         dynamic_ncols=True,
     )
-    bar.desc = desc  # tqdm leaves it unset when disabled; a restarted download reuses it
-    return bar

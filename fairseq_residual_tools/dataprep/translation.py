@@ -1,11 +1,9 @@
 """What raw text went through before the model saw it: the ``translation`` record of ``summary.json``.
 
-A model trained on a data-bin only translates raw text that goes through the same steps (casing,
-punctuation normalisation, Moses tokenisation with the same options, the same BPE codes or
-SentencePiece model). Each recipe records them here, once, for the plugin's
-``fairseq_residual.hub.load_translator`` (which reads ``summary.json`` itself: the plugin does not
-import these tools) and for ``fairseq-interactive`` (``fairseq_interactive_flags``). Paths are
-relative to the data-prep output folder, except in the flags, which are to be pasted as they are.
+A model only translates raw text that goes through the steps its data-bin's text went through.
+The plugin's ``fairseq_residual.hub.load_translator`` reads this record from ``summary.json`` (the
+plugin does not import these tools); ``fairseq_interactive_flags`` are the same steps for
+``fairseq-interactive``. Paths are relative to the data-prep output folder, except in the flags.
 """
 
 import shlex
