@@ -162,10 +162,8 @@ def data_problem(dataset: Dataset, data: Path, cfg) -> Optional[str]:
             f"the cell trains {src}-{tgt}; give --data for that pair, or override task.source_lang= "
             "task.target_lang= after --"
         )
-    if (
-        cfg.model.get("share_all_embeddings")
-        and (data / f"dict.{src}.txt").read_bytes() != (data / f"dict.{tgt}.txt").read_bytes()
-    ):
+    joined = (data / f"dict.{src}.txt").read_bytes() == (data / f"dict.{tgt}.txt").read_bytes()
+    if cfg.model.get("share_all_embeddings") and not joined:
         return (
             f"data folder {data} has separate {src} and {tgt} dictionaries, but the cell shares all embeddings: "
             "make a joined dictionary (every data-prep/ recipe does; fairseq-preprocess --joined-dictionary)"
@@ -306,10 +304,8 @@ def dataset_config(dataset: str, extra: tuple = ()):
     return compose(probe, [*placeholders, *extra])
 
 
-def write_launch_record(cell_dir: Path, record: dict, new: bool):
-    """Append ``record`` to ``launch.json`` (``new``), or replace its last one (the same launch, ended)."""
-    records = launch_records(cell_dir)
-    records = records + [record] if new else records[:-1] + [record]
+def write_launch_records(cell_dir: Path, records: list):
+    """``launch.json``, replaced in one step (a kill leaves the old file or the new one, never half of one)."""
     tmp = cell_dir / f"launch.json.tmp{os.getpid()}"
     tmp.write_text(json.dumps(records, indent=1) + "\n")
     os.replace(tmp, cell_dir / "launch.json")
@@ -354,14 +350,15 @@ def train(args, entry_module: str = ENTRY) -> int:
         log.write(f"{LAUNCH_MARK}{_now(started)} launch: {plan.shell()}\n")
     # "returncode" stays None until the launch ends: a record left so is a launch killed with its launcher
     record = {**asdict(plan), "shell": plan.shell(), "returncode": None, "started": _now(started)}
-    write_launch_record(cell_dir, record, new=True)
+    earlier = launch_records(cell_dir)
+    write_launch_records(cell_dir, [*earlier, record])
     try:  # the console shows the training's output as it goes
         run_logged(plan.command, log_path, env=plan.env, label=plan.cell, on_line=sys.stdout.write)
         rc, stopped_by = 0, None
     except RunError as stopped:  # a stop signal or failure; the log and the state below say which
         rc, stopped_by = stopped.returncode, stopped.signal
     record.update(returncode=rc, signal=stopped_by, wall_seconds=round(time.time() - started, 1))
-    write_launch_record(cell_dir, record, new=False)
+    write_launch_records(cell_dir, [*earlier, record])
     state = training_state(cell_dir)
     if state.name == TRAINED:
         done.write_text(f"fairseq-hydra-train finished ({state.detail}) at {_now()}\n")
