@@ -39,7 +39,9 @@ def build_parser():
     launch.add_argument("--master-addr", help="torchrun over several nodes: node 0's host (srun: the first node's)")
     launch.add_argument("--master-port", type=int, default=29500, help="rendezvous port (default 29500)")
     launch.add_argument("--cpu", action="store_true", help="train on CPU processes (gloo), for tests and tiny runs")
-    launch.add_argument("--max-tokens", type=int, help="tokens per GPU and step (default: the paper's batch)")
+    launch.add_argument(
+        "--max-tokens", type=int, help="tokens per GPU and step (default: as many as keep the paper's batch)"
+    )
     launch.add_argument("--update-freq", type=int, help="with --max-tokens: another effective batch than the paper's")
     launch.add_argument("--reference-gpus", type=int, help="GPUs assumed behind the authors' batch (default 1)")
     launch.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
@@ -55,11 +57,17 @@ def build_parser():
     p = sub.add_parser("evaluate", parents=[cell, paths, average], help="average, decode and score a trained cell")
     p.add_argument("--cpu", action="store_true", help="decode on CPU")
     p.add_argument("--dry-run", action="store_true", help="say what would be averaged, decoded and written")
-    p.add_argument("--allow-unfinished", action="store_true", help="score an unfinished training (recorded, marked)")
+    p.add_argument(
+        "--allow-unfinished",
+        action="store_true",
+        help="score an unfinished training: the result records it, the tables mark its score",
+    )
     p.set_defaults(run=cmd_evaluate)
 
     p = sub.add_parser(
-        "reproduce", parents=[paths, launch, average], help="train and evaluate a table's cells, in order"
+        "reproduce",
+        parents=[paths, launch, average],
+        help="train and evaluate every cell of a table, in order, then make the tables",
     )
     p.add_argument("--table", default="all", help="iwslt14, wmt14, opus100, warmup or all")
     p.add_argument("--list", action="store_true", help="list the table's cells with their status and estimates")
