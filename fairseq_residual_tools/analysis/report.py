@@ -35,14 +35,9 @@ def _fit_table(summary: Dict) -> str:
             fit = by_depth[depth][side].get("fits")
             if not fit:
                 continue
-            rows.append(
-                [scheme, depth, side, *(f"{fit['rel_diff'][s]['rms_log_residual']:.3f}" for s in shapes)]
-                + [
-                    fit["rel_diff_best_shape"],
-                    f"{fit['grad_norm_geometric']['r']:.3f}",
-                    f"{fit['grad_norm_post_ln_shape']['rms_log_residual']:.2f}",
-                ]
-            )
+            residuals = [f"{fit['rel_diff'][s]['rms_log_residual']:.3f}" for s in shapes]
+            r, post_ln = fit["grad_norm_geometric"]["r"], fit["grad_norm_post_ln_shape"]["rms_log_residual"]
+            rows.append([scheme, depth, side, *residuals, fit["rel_diff_best_shape"], f"{r:.3f}", f"{post_ln:.2f}"])
     return table(headers, rows)
 
 

@@ -23,6 +23,7 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from itertools import product
 from pathlib import Path
 from typing import Dict, List, Sequence
 
@@ -54,13 +55,8 @@ class RunSpec:
 
 def grid(schemes: Sequence[str], depths: Sequence[int], seeds: Sequence[int]) -> List[RunSpec]:
     """Every run of the study, shallow models first (so partial results cover whole cells)."""
-    return [
-        RunSpec(scheme, layers, warmup, seed)
-        for layers in depths
-        for warmup in (True, False)
-        for scheme in schemes
-        for seed in seeds
-    ]
+    order = product(depths, (True, False), schemes, seeds)
+    return [RunSpec(scheme, layers, warmup, seed) for layers, warmup, scheme, seed in order]
 
 
 def training_command(databin, save_dir, spec: RunSpec, settings) -> List[str]:
