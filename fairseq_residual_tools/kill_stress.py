@@ -27,6 +27,7 @@ import shutil
 import signal
 import sys
 import time
+import traceback
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -94,8 +95,6 @@ def start_training(argv, log_path, in_child: Optional[Callable[[], None]] = None
     except SystemExit as e:
         code = e.code if isinstance(e.code, int) else 1
     except BaseException:
-        import traceback
-
         traceback.print_exc()
     finally:
         sys.stdout.flush()

@@ -71,48 +71,43 @@ TARGET_NOUN_PLURAL = "en"
 TARGET_VERB_SUFFIX = {("present", 0): "et", ("present", 1): "ent", ("past", 0): "ot", ("past", 1): "ont"}
 
 
-class _Sentence:
-    def __init__(self, rng: random.Random, lex: Lexicon):
-        self.rng, self.lex = rng, lex
+def _noun_phrase(rng: random.Random, lex: Lexicon):
+    noun = rng.choice(list(lex.nouns))
+    plural = rng.random() < 0.4
+    adjs = [rng.choice(list(lex.adjectives)) for _ in range(rng.choice([0, 0, 1, 1, 2]))]
+    src = ["the"] + adjs + [noun + ("s" if plural else "")]
+    stem, gender = lex.nouns[noun]
+    tgt = [TARGET_DETERMINER[gender][plural], stem + (TARGET_NOUN_PLURAL if plural else "")]
+    tgt += [lex.adjectives[a] + TARGET_ADJ_SUFFIX[gender][plural] for a in adjs]
+    return src, tgt, plural
 
-    def noun_phrase(self):
-        rng, lex = self.rng, self.lex
-        noun = rng.choice(list(lex.nouns))
-        plural = rng.random() < 0.4
-        adjs = [rng.choice(list(lex.adjectives)) for _ in range(rng.choice([0, 0, 1, 1, 2]))]
-        src = ["the"] + adjs + [noun + ("s" if plural else "")]
-        stem, gender = lex.nouns[noun]
-        tgt = [TARGET_DETERMINER[gender][plural], stem + (TARGET_NOUN_PLURAL if plural else "")]
-        tgt += [lex.adjectives[a] + TARGET_ADJ_SUFFIX[gender][plural] for a in adjs]
-        return src, tgt, plural
 
-    def pair(self) -> Tuple[str, str]:
-        rng, lex = self.rng, self.lex
-        subj_src, subj_tgt, subj_plural = self.noun_phrase()
-        verb = rng.choice(list(lex.verbs))
-        tense = rng.choice(["present", "past"])
-        if tense == "past":
-            verb_src = [verb + "ed"]
-        else:
-            verb_src = [verb if subj_plural else verb + "s"]
-        verb_tgt = [lex.verbs[verb] + TARGET_VERB_SUFFIX[(tense, int(subj_plural))]]
-        obj_src, obj_tgt, _ = self.noun_phrase()
-        src = subj_src + verb_src + obj_src
-        tgt_middle = obj_tgt
-        if rng.random() < 0.4:
-            prep = rng.choice(list(lex.prepositions))
-            pp_src, pp_tgt, _ = self.noun_phrase()
-            src += [prep] + pp_src
-            tgt_middle = [lex.prepositions[prep]] + pp_tgt + tgt_middle
-        tgt = subj_tgt + tgt_middle + verb_tgt
-        if rng.random() < 0.3:
-            adverb = rng.choice(list(lex.adverbs))
-            src += [adverb]
-            tgt = [lex.adverbs[adverb].capitalize() + ","] + tgt
-        else:
-            tgt[0] = tgt[0].capitalize()
-        src[0] = src[0].capitalize()
-        return " ".join(src) + ".", " ".join(tgt) + "."
+def _pair(rng: random.Random, lex: Lexicon) -> Tuple[str, str]:
+    subj_src, subj_tgt, subj_plural = _noun_phrase(rng, lex)
+    verb = rng.choice(list(lex.verbs))
+    tense = rng.choice(["present", "past"])
+    if tense == "past":
+        verb_src = [verb + "ed"]
+    else:
+        verb_src = [verb if subj_plural else verb + "s"]
+    verb_tgt = [lex.verbs[verb] + TARGET_VERB_SUFFIX[(tense, int(subj_plural))]]
+    obj_src, obj_tgt, _ = _noun_phrase(rng, lex)
+    src = subj_src + verb_src + obj_src
+    tgt_middle = obj_tgt
+    if rng.random() < 0.4:
+        prep = rng.choice(list(lex.prepositions))
+        pp_src, pp_tgt, _ = _noun_phrase(rng, lex)
+        src += [prep] + pp_src
+        tgt_middle = [lex.prepositions[prep]] + pp_tgt + tgt_middle
+    tgt = subj_tgt + tgt_middle + verb_tgt
+    if rng.random() < 0.3:
+        adverb = rng.choice(list(lex.adverbs))
+        src += [adverb]
+        tgt = [lex.adverbs[adverb].capitalize() + ","] + tgt
+    else:
+        tgt[0] = tgt[0].capitalize()
+    src[0] = src[0].capitalize()
+    return " ".join(src) + ".", " ".join(tgt) + "."
 
 
 def generate_corpus(seed: int = 1, train=6000, valid=300, test=300, **vocabulary):
@@ -123,10 +118,9 @@ def generate_corpus(seed: int = 1, train=6000, valid=300, test=300, **vocabulary
     """
     rng = random.Random(seed)
     lex = build_lexicon(seed, **vocabulary)
-    sentence = _Sentence(rng, lex)
     seen, pairs = set(), []
     while len(pairs) < train + valid + test:
-        pair = sentence.pair()
+        pair = _pair(rng, lex)
         if pair[0] not in seen:
             seen.add(pair[0])
             pairs.append(pair)
