@@ -128,4 +128,15 @@ class SublayerAwareLayer(SchemeLayer):
 def stack_layers(stack) -> List[nn.Module]:
     """A stack's layers in order, unwrapped from FSDP; by index, because fairseq's LayerDrop
     list skips layers at random when iterated in training mode (a fresh model is)."""
-    return [getattr(stack.layers[i], "module", stack.layers[i]) for i in range(len(stack.layers))]
+    return [unwrapped_layer(stack.layers[i]) for i in range(len(stack.layers))]
+
+
+def unwrapped_layer(layer: nn.Module) -> nn.Module:
+    """The scheme's layer itself. fairscale's FSDP holds it inside a FlattenParamsWrapper
+    (``layer.module.module``); one level of unwrapping would return that wrapper, on which an
+    attribute set by a scheme (Admin's ``omega_profile``) never reaches the layer's forward, and
+    whose forward hooks (DLCL's) run before it re-creates the layer's parameter views."""
+    inner = getattr(layer, "module", None)
+    while isinstance(inner, nn.Module):
+        layer, inner = inner, getattr(inner, "module", None)
+    return layer

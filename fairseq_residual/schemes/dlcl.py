@@ -44,6 +44,7 @@ from fairseq.modules.transformer_layer import (
 )
 from torch import Tensor, nn
 
+from ..errors import ConfigError
 from .base import ResidualScheme, SchemeLayer, stack_layers
 
 
@@ -201,6 +202,20 @@ class HistoryOutput(nn.LayerNorm):
         return super().forward(mixed)
 
 
+def refuse_sharded_layers(stack):
+    """Each layer's row of W and LN_k are used outside the layer's own forward and backward (by the
+    hooks and in later layers' mixes). With one worker FSDP's copy of a layer's parameters is the
+    whole of them and this works; with several it holds only a shard between the layer's forward
+    and backward, so writing W's rows below (a segmentation fault), or the mixes' backward, touches
+    freed memory."""
+    if any(getattr(stack.layers[i], "world_size", 1) > 1 for i in range(len(stack.layers))):
+        raise ConfigError(
+            "--residual-scheme dlcl cannot be trained with FSDP wrapping each layer on its own with several "
+            "workers (--ddp-backend fully_sharded with --checkpoint-activations, or a --min-params-to-wrap "
+            "below a layer's size): drop --checkpoint-activations, or use --ddp-backend c10d"
+        )
+
+
 class DLCL(ResidualScheme):
     name = "dlcl"
     summary = "DLCL: Pre-LN, each layer reads a learned mix of all earlier layer outputs"
@@ -214,6 +229,7 @@ class DLCL(ResidualScheme):
     def initialize(self, model, cfg):
         # W row by row: layer l+1 (index l) reads y_0 .. y_l, the top reads y_0 .. y_N
         for stack in (model.encoder, model.decoder):
+            refuse_sharded_layers(stack)
             layers = stack_layers(stack)
             stack.layer_history = LayerHistory(len(layers) + 1)
             stack.register_forward_pre_hook(clear_history)

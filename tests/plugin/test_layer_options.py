@@ -3,13 +3,11 @@
 ``--checkpoint-activations`` (with and without ``--offload-activations``) recomputes each
 layer in backward and must give the gradients of a plain run; ``--encoder-layerdrop`` /
 ``--decoder-layerdrop`` skip layers at random in training and run all of them in
-evaluation; ``--ddp-backend fully_sharded`` wraps the model with fairscale's FSDP.
+evaluation. ``--ddp-backend fully_sharded`` (fairscale's FSDP) has its own tests, test_fsdp.py.
 """
 
 import pytest
 import torch
-from fairseq.dataclass.configs import DistributedTrainingConfig
-from fairseq.distributed import fsdp_enable_wrap, fully_sharded_data_parallel
 from helpers import TinyTask, build_model, random_batch
 
 from fairseq_residual.schemes import SCHEMES
@@ -94,16 +92,3 @@ def test_layerdrop_skips_layers_in_training_and_runs_all_of_them_in_evaluation(s
         got, expected = model(src, src_lengths, prev)[0], plain(src, src_lengths, prev)[0]
     assert len(calls) == 6
     torch.testing.assert_close(got, expected, rtol=0, atol=0)
-
-
-def test_fully_sharded_needs_fairscale_which_is_not_installed():
-    """What ``fairseq-train --ddp-backend fully_sharded`` does here: fairscale is a dependency of
-    neither fairseq-fixed nor this project, so fairseq stops before building the model, in the
-    code below (fairseq_cli/train.py); without it, fsdp_wrap leaves every layer as it is."""
-    assert not fully_sharded_data_parallel.has_FSDP, "fairscale is installed: test FSDP training instead"
-    cfg = DistributedTrainingConfig(ddp_backend="fully_sharded")
-    with pytest.raises(ImportError, match="pip install fairscale"):
-        with fsdp_enable_wrap(cfg):
-            pass
-    model = build_model(TinyTask(), scheme="residual", layers=2)
-    assert [type(layer).__name__ for layer in model.encoder.layers] == ["ResiDualEncoderLayer"] * 2
