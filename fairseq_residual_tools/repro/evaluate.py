@@ -115,6 +115,7 @@ def evaluate(args) -> dict:
     data = Path(args.data or task["data"])
     eval_dir = cell_dir / "evaluation"
     eval_dir.mkdir(exist_ok=True)
+    # decode(subset, task arguments, the --remove-bpe value, output file)
     decode = functools.partial(generate, data, averaged, ev, args.cpu or not torch.cuda.is_available())
     langs = ["--source-lang", str(task.get("source_lang")), "--target-lang", str(task.get("target_lang"))]
 

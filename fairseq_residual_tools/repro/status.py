@@ -48,13 +48,6 @@ class TrainingState:
         return self.name
 
 
-def last_launch_text(log: Path) -> str:
-    """The part of ``train.log`` written by its last launch."""
-    text = log.read_text(encoding="utf-8", errors="replace")
-    start = text.rfind("\n" + LAUNCH_MARK)
-    return text[start + 1 :] if start >= 0 else text
-
-
 def launch_records(cell_dir: Path) -> list:
     """The records of ``launch.json``, oldest first (none before the first launch)."""
     path = Path(cell_dir) / "launch.json"
@@ -77,7 +70,8 @@ def training_state(cell_dir: Path) -> TrainingState:
     reason = divergence(read_log(log))
     if reason:
         return TrainingState(FAILS, reason)
-    section = last_launch_text(log)
+    text = log.read_text(encoding="utf-8", errors="replace")
+    section = text[text.rfind("\n" + LAUNCH_MARK) + 1 :]  # what the last launch wrote (all without a mark)
     if rc == 0 and "done training" in section:
         stop = next((why for mark, why in _STOP_REASONS if mark in section), "max_epoch reached")
         return TrainingState(TRAINED, stop)

@@ -14,7 +14,7 @@ from typing import Dict, List, Optional
 
 from ..markdown import table as markdown_table
 from .cells import NOT_IMPLEMENTED, PAPER_DIR, ROOT, Cell, PaperTable, paper_tables
-from .status import FAILED, FAILS, NOT_RUN, TRAINED, training_state
+from .status import FAILED, FAILS, TRAINED, training_state
 
 MEASURED = "measured"
 DEFAULT_RESULTS = ROOT / "results" / "cells"
@@ -36,7 +36,7 @@ class Measured:
     failed: bool = False  # the training failed: the detail (its last log line) is listed under the table
 
 
-def measured(cell: Cell, results_dir: Path, work_dir: Optional[Path]) -> Measured:
+def measured(cell: Cell, results_dir: Path, work_dir: Path) -> Measured:
     path = result_path(results_dir, cell)
     if path.is_file():
         record = json.loads(path.read_text(encoding="utf-8"))
@@ -48,8 +48,6 @@ def measured(cell: Cell, results_dir: Path, work_dir: Optional[Path]) -> Measure
         # a score made before the state was checked (or from an unfinished run): the training decides
     if not cell.implemented:
         return Measured(NOT_IMPLEMENTED)
-    if not work_dir:
-        return Measured(NOT_RUN)
     state = training_state(Path(work_dir) / cell.name)
     return Measured(state.describe(), detail=state.detail, failed=state.name == FAILED)
 
@@ -58,7 +56,7 @@ def _number(value) -> Optional[float]:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def render(table: PaperTable, results_dir: Path, work_dir: Optional[Path]) -> str:
+def render(table: PaperTable, results_dir: Path, work_dir: Path) -> str:
     with_warmup = any(not r.warmup for r in table.rows)
     header = ["method"] + (["warmup"] if with_warmup else [])
     header += [f"{column} {kind}" for column in table.columns for kind in ("measured", "paper", "diff")]
@@ -111,7 +109,7 @@ def make_tables(results_dir, work_dir, out, paper_dir=PAPER_DIR) -> str:
         "",
     ]
     for table in paper_tables(paper_dir).values():
-        parts.append(render(table, Path(results_dir), Path(work_dir) if work_dir else None))
+        parts.append(render(table, Path(results_dir), Path(work_dir)))
     text = "\n".join(parts)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(text, encoding="utf-8")
