@@ -285,24 +285,15 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
-def significant(value, digits=5):
-    """``value`` with every float rounded to ``digits`` significant digits (a smaller JSON)."""
-    if isinstance(value, float):
-        return float(f"{value:.{digits}g}")
-    if isinstance(value, dict):
-        return {k: significant(v, digits) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [significant(v, digits) for v in value]
-    return value
-
-
 def write_outputs(record: Dict, out: Path):
     """probes.json, the plots and README.md (with ``summary.md``, a person's reading, inlined)."""
     from .plotting import plot_probes
     from .report import probe_readme
 
     out.mkdir(parents=True, exist_ok=True)
-    (out / "probes.json").write_text(json.dumps(significant(record)) + "\n")
+    # every float to 5 significant digits: a smaller file
+    rounded = json.loads(json.dumps(record), parse_float=lambda text: float(f"{float(text):.5g}"))
+    (out / "probes.json").write_text(json.dumps(rounded) + "\n")
     plot_probes(record["summary"], record["runs"], out)
     (out / "README.md").write_text(probe_readme(record["summary"], record["runs"], record, out))
 

@@ -45,14 +45,9 @@ def probe_readme(summary: Dict, runs: List[Dict], meta: Dict, out: Path) -> str:
     s = meta["settings"]
     summary_file = Path(out) / "summary.md"
     reading = summary_file.read_text().strip() if summary_file.exists() else ""
-    source = (
-        ("checkpoints " + ", ".join(s["checkpoint"]))
-        if s.get("checkpoint")
-        else (
-            f"fresh models (width {s['dim']}, FFN {s['ffn']}, {s['heads']} heads, dropout off, shared embeddings), "
-            f"initialisation seeds {', '.join(map(str, s['seeds']))}"
-        )
-    )
+    fresh = f"fresh models (width {s['dim']}, FFN {s['ffn']}, {s['heads']} heads, dropout off, shared embeddings)"
+    fresh += f", initialisation seeds {', '.join(map(str, s['seeds']))}"
+    source = "checkpoints " + ", ".join(s["checkpoint"]) if s.get("checkpoint") else fresh
     return f"""# Probes of the paper's claims at initialisation
 
 {reading}
