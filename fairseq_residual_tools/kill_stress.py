@@ -237,13 +237,12 @@ def _run_stress(databin, work, kills, size, max_update, seed, anytime_share, max
         pid = start_training(argv, log_path)
         at_random = report.kills < kills and rng.random() < anytime_share
         if report.kills >= kills:
-            is_killed, code, log = wait_or_kill(pid, log_path, offset)
+            schedule = {}  # the last start runs to the end
         elif at_random:
-            kill_at = time.monotonic() + rng.uniform(0, 1.5 * first_save)
-            is_killed, code, log = wait_or_kill(pid, log_path, offset, kill_at=kill_at)
+            schedule = {"kill_at": time.monotonic() + rng.uniform(0, 1.5 * first_save)}
         else:
-            n, delay = rng.randint(1, 3), rng.uniform(0, max_delay)
-            is_killed, code, log = wait_or_kill(pid, log_path, offset, saves_before_kill=n, delay=delay)
+            schedule = {"saves_before_kill": rng.randint(1, 3), "delay": rng.uniform(0, max_delay)}
+        is_killed, code, log = wait_or_kill(pid, log_path, offset, **schedule)
         _check_resume(report, log, expected, leftovers)
         if not is_killed:
             if code != 0:

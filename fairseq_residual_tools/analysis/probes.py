@@ -92,13 +92,8 @@ def build_at_init(task, scheme: str, layers: int, dim: int, heads: int, ffn: int
     from fairseq_residual.config import ResidualTransformerConfig
     from fairseq_residual.model import ResidualTransformerModel
 
-    overrides = dict(
-        residual_scheme=scheme,
-        dropout=0.0,
-        attention_dropout=0.0,
-        activation_dropout=0.0,
-        share_all_embeddings=task.source_dictionary == task.target_dictionary,
-    )
+    overrides = dict(residual_scheme=scheme, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
+    overrides["share_all_embeddings"] = task.source_dictionary == task.target_dictionary
     sizes = {"layers": layers, "embed_dim": dim, "ffn_embed_dim": ffn, "attention_heads": heads}
     overrides.update({f"{side}_{key}": value for side in STACKS for key, value in sizes.items()})
     torch.manual_seed(seed)
