@@ -1,8 +1,9 @@
 """SIGKILL a fairseq training again and again, many times inside a checkpoint save, and check the result.
 
 Each start of the same ``fairseq-train`` command (``--save-interval-updates 1``, so a save follows
-every update) is killed with SIGKILL either 0-80 ms after its n-th "Saving checkpoint to" log line
-or at a random moment since its start (while starting, loading, training, validating). After each
+every update) is killed with SIGKILL either 0-80 ms after its 1st or 2nd "Saving checkpoint to" log
+line or at a random moment since its start (while starting, loading, training, validating; at the
+latest when its 2nd save begins). After each
 kill every ``checkpoint*.pt`` in the save dir must load in full, and the next start must resume
 from the update count recorded in ``checkpoint_last.pt`` (and remove the killed save's ``.tmp``
 files). After the last kill the command runs to its ``--max-update``; its final parameters,
@@ -70,6 +71,7 @@ def start_training(argv, log_path, in_child: Optional[Callable[[], None]] = None
 
     ``in_child`` runs in the child before training (tests use it to plant a failure).
     """
+    Path(log_path).touch()  # exists when this returns: the caller reads it while the child starts
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
@@ -102,7 +104,8 @@ def start_training(argv, log_path, in_child: Optional[Callable[[], None]] = None
 
 
 def wait_or_kill(pid, log_path, offset, saves_before_kill=None, delay=0.0, kill_at=None):
-    """Watch one start; SIGKILL it ``delay`` s after its n-th save began or at ``kill_at`` (monotonic).
+    """Watch one start; SIGKILL it ``delay`` s after its n-th save began or at ``kill_at`` (monotonic),
+    whichever comes first.
 
     Returns (killed, exit status, this start's log text).
     """
@@ -111,8 +114,9 @@ def wait_or_kill(pid, log_path, offset, saves_before_kill=None, delay=0.0, kill_
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return False, os.waitstatus_to_exitcode(status), _read(log_path, offset)
-        if due is None and saves_before_kill is not None and _read(log_path, offset).count(SAVING) >= saves_before_kill:
-            due = time.monotonic() + delay
+        if saves_before_kill is not None and _read(log_path, offset).count(SAVING) >= saves_before_kill:
+            due = min(due, time.monotonic() + delay) if due is not None else time.monotonic() + delay
+            saves_before_kill = None
         if due is not None and time.monotonic() >= due:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
@@ -239,9 +243,11 @@ def _run_stress(databin, work, kills, size, max_update, seed, anytime_share, max
         if report.kills >= kills:
             schedule = {}  # the last start runs to the end
         elif at_random:
-            schedule = {"kill_at": time.monotonic() + rng.uniform(0, 1.5 * first_save)}
+            # at the latest when the 2nd save begins: a late random moment in a fast start would otherwise
+            # train many updates, and the run could end before it has had its kills
+            schedule = {"kill_at": time.monotonic() + rng.uniform(0, 1.5 * first_save), "saves_before_kill": 2}
         else:
-            schedule = {"saves_before_kill": rng.randint(1, 3), "delay": rng.uniform(0, max_delay)}
+            schedule = {"saves_before_kill": rng.randint(1, 2), "delay": rng.uniform(0, max_delay)}
         is_killed, code, log = wait_or_kill(pid, log_path, offset, **schedule)
         _check_resume(report, log, expected, leftovers)
         if not is_killed:
