@@ -91,17 +91,27 @@ def provenance() -> Dict[str, object]:
 
 def describe_git(git: Dict[str, object]) -> str:
     """``0123abc`` or ``0123abc with uncommitted changes``, for a report's text."""
+    if isinstance(git, str):  # records written before provenance() held the short commit only
+        return git[:7]
     if not git.get("commit"):
         return "unknown (not a git checkout)"
     return str(git["commit"])[:7] + (" with uncommitted changes" if git.get("dirty") else "")
 
 
 def describe(record: Dict[str, object]) -> str:
-    """One line of Markdown for a report: versions, code, machine, date."""
+    """One line of Markdown for a report: versions, code, machine, date.
+
+    ``record`` is a ``provenance()`` dict, or a results file written before there was one (the same
+    keys at its top level, the machine as one line of text).
+    """
     versions_text = ", ".join(f"{name} {version}" for name, version in record["versions"].items() if version)
     m = record["machine"]
-    memory = f", {m['memory_gb']:.0f} GB" if m.get("memory_gb") else ""
+    if isinstance(m, str):
+        machine_text = m
+    else:
+        memory = f", {m['memory_gb']:.0f} GB" if m.get("memory_gb") else ""
+        machine_text = f"{m['platform']}, {m['processor']}, {m['cpu_count']} CPUs{memory}"
     return (
         f"Versions: {versions_text}. Code: git commit {describe_git(record['git'])}. "
-        f"Machine: {m['platform']}, {m['processor']}, {m['cpu_count']} CPUs{memory}. Date: {record['date']}."
+        f"Machine: {machine_text}. Date: {record['date']}."
     )

@@ -105,5 +105,5 @@ The dashed lines in the plots are these fits.
 ## Provenance
 
 - Command: `{meta["command"]}` ({meta["wall_seconds"]:.0f} s wall), on a machine shared with other jobs.
-- {describe(meta["provenance"])}
+- {describe(meta.get("provenance", meta))}
 """

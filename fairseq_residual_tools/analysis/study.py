@@ -205,7 +205,7 @@ numbers, curves and exact fairseq commands: [results.json](results.json).
 - Machine shared with other jobs (runs under `nice -n 5`, {s.get("jobs", 1)} at a time, one torch
   thread each). The runs were trained at git commit(s)
   {", ".join(sorted({r.get("git") or "not recorded" for r in results}))} (per run in results.json).
-  This report: {describe(meta["provenance"])}
+  This report: {describe(meta.get("provenance", meta))}
 - Time: {meta["study_minutes"]:.0f} min wall from the first run's first logged step to the last
   run's last (training only; decoding adds a little), {run_minutes:.0f} min of training and decoding
   summed over the {len(results)} runs.

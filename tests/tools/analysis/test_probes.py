@@ -7,6 +7,7 @@ import re
 
 import pytest
 import torch
+from helpers import ROOT
 
 from fairseq_residual.schemes import SCHEMES
 from fairseq_residual_tools.analysis import probes
@@ -141,3 +142,15 @@ def test_probe_command_writes_json_and_plots(demo_databin, tmp_path):
         assert (tmp_path / name).stat().st_size > 10_000
     readme = (tmp_path / "README.md").read_text()
     assert re.search(r"^\| post +\|", readme, re.M) and "scripts/probe.py --data" in readme
+
+
+def test_replot_redraws_the_committed_probes_written_before_provenance_records(tmp_path):
+    # results/probes/probes.json holds versions, machine and git at its top level (no "provenance")
+    committed = json.loads((ROOT / "results" / "probes" / "probes.json").read_text())
+    assert "provenance" not in committed
+    (tmp_path / "probes.json").write_text(json.dumps(committed))
+    probes.main(["--out", str(tmp_path), "--replot"])
+    readme = (tmp_path / "README.md").read_text()
+    assert f"Code: git commit {committed['git']}." in readme and f"Machine: {committed['machine']}." in readme
+    assert re.search(r"^\| dlcl +\| 2\.74 ± 0\.115 +\|", readme, re.M)  # the committed numbers, redrawn
+    assert (tmp_path / "grad_norm.png").stat().st_size > 10_000
