@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Sequence
 
 from .errors import UserError, exit_on_user_error
+from .markdown import table
 from .provenance import describe, provenance
 from .runner import PLUGIN_DIR, fairseq_command, run_logged
 from .training_log import json_record
@@ -152,15 +153,15 @@ def report_markdown(record: dict) -> str:
         "",
         f"## E18D18 training, {record['updates']} updates on the embedded corpus",
         "",
-        "| precision | scheme | loss finite | last loss | loss scale (first, min, last) | tokens/s | / Pre-LN "
-        "| GPU GB free (min) |",
-        "|---|---|---|---|---|---|---|---|",
     ]
+    headers = ["precision", "scheme", "loss finite", "last loss", "loss scale (first, min, last)", "tokens/s"]
+    headers += ["/ Pre-LN", "GPU GB free (min)"]
+    rows = []
     for precision, runs in record["precision"].items():
         ratios = speed_ratios(runs)
         for scheme, run in runs.items():
             if "error" in run:
-                lines.append(f"| {precision} | {scheme} | failed: {run['error']} | | | | | |")
+                rows.append([precision, scheme, f"failed: {run['error']}", "", "", "", "", ""])
                 continue
             scales = [s for _, s in run["loss_scale"]]
             scale = f"{scales[0]:g}, {min(scales):g}, {scales[-1]:g}" if scales else "-"
@@ -168,9 +169,8 @@ def report_markdown(record: dict) -> str:
             speed = f"{run['tokens_per_s']:.0f}" if run["tokens_per_s"] else "-"
             ratio = f"{ratios[scheme]:.3f}" if scheme in ratios else "-"
             free = f"{run['gpu_gb_free_min']:.1f}" if run.get("gpu_gb_free_min") is not None else "-"
-            lines.append(
-                f"| {precision} | {scheme} | {run['loss_finite']} | {last} | {scale} | {speed} | {ratio} | {free} |"
-            )
+            rows.append([precision, scheme, str(run["loss_finite"]), last, scale, speed, ratio, free])
+    lines.append(table(headers, rows))
     for key, title in (("torchrun", "torchrun through scripts/train.sh"), ("bench", "Benchmark on the GPU")):
         if key in record:
             lines += ["", f"## {title}", "", f"`{record[key]['command']}`: {record[key]['outcome']}"]
