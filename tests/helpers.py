@@ -70,6 +70,15 @@ def random_batch(task, batch=3, src_len=7, tgt_len=6, seed=0):
     return src, src_lengths, prev
 
 
+def loss_of(model, batch, seed=1):
+    """A training loss whose every logit matters: log-likelihood of the shifted targets; dropout seeded."""
+    src, src_lengths, prev = batch
+    torch.manual_seed(seed)
+    logits = model(src, src_lengths, prev)[0]
+    target = torch.roll(prev, -1, dims=1)
+    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=1)
+
+
 def run_cli(args, cwd, check=True, env=None):
     """Run a fairseq CLI as a subprocess with the project's interpreter."""
     full_env = dict(os.environ, PYTHONWARNINGS="ignore")

@@ -30,7 +30,7 @@ import torch.distributed as dist
 from fairseq.dataclass.configs import DistributedTrainingConfig
 from fairseq.distributed import fsdp_enable_wrap, fsdp_wrap
 from fairseq.distributed import utils as fairseq_distributed
-from helpers import TinyTask, build_model, random_batch, run_cli, train_args
+from helpers import TinyTask, build_model, loss_of, random_batch, run_cli, train_args
 
 from fairseq_residual.errors import ConfigError
 from fairseq_residual.schemes import SCHEMES
@@ -110,15 +110,6 @@ def build_pair(task, scheme, world_size=1, seed=0, **options):
         model = build_model(task, scheme=scheme, layers=2, dropout=0.1, attention_dropout=0.1, **options)
         wrapped = fsdp_wrap(model.train())
     return plain, wrapped
-
-
-def loss_of(model, batch, seed=1):
-    """A training loss whose every logit matters: log-likelihood of the shifted targets; dropout seeded."""
-    src, src_lengths, prev = batch
-    torch.manual_seed(seed)
-    logits = model(src, src_lengths, prev)[0]
-    target = torch.roll(prev, -1, dims=1)
-    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=1)
 
 
 def sgd_update(model, batch, lr=0.5):

@@ -8,21 +8,12 @@ evaluation. ``--ddp-backend fully_sharded`` (fairscale's FSDP) has its own tests
 
 import pytest
 import torch
-from helpers import TinyTask, build_model, random_batch
+from helpers import TinyTask, build_model, loss_of, random_batch
 
 from fairseq_residual.schemes import SCHEMES
 from fairseq_residual.schemes.base import stack_layers
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-def loss_of(model, batch, seed=1):
-    """A training loss whose every logit matters: log-likelihood of the shifted targets; dropout seeded."""
-    src, src_lengths, prev = batch
-    torch.manual_seed(seed)
-    logits = model(src, src_lengths, prev)[0]
-    target = torch.roll(prev, -1, dims=1)
-    return torch.nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=1)
 
 
 def gradients(model, batch):
