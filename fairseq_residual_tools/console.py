@@ -1,8 +1,7 @@
 """The console commands of ``[project.scripts]`` in pyproject.toml (``fairseq-residual-*``).
 
-Each command imports its tool only when run, so ``fairseq-residual-prepare-custom --help``
-loads neither torch nor fairseq, and reports a ``UserError`` as one line ``error: ...``
-with exit status 1. ``data-prep/*.sh`` and ``scripts/*`` are one-line callers of these.
+Each imports its tool only when run (``--help`` of data preparation loads neither torch nor fairseq)
+and reports a ``UserError`` as one line ``error: ...`` with exit status 1.
 """
 
 import sys

@@ -1,8 +1,9 @@
 """Errors a user of the tools can fix; the command-line entry points report them as one line.
 
-These are the tools' own classes: importing the plugin's ``fairseq_residual.errors`` would load
-fairseq and torch, which data preparation does not need.
+The tools' own classes: importing the plugin's ``fairseq_residual.errors`` would load fairseq and torch.
 """
+
+import sys
 
 
 class UserError(Exception):
@@ -18,13 +19,8 @@ class DataError(UserError, FileNotFoundError):
 
 
 def exit_on_user_error(main, *args) -> int:
-    """Run a command's ``main``; a ``UserError`` becomes ``error: <message>`` and exit status 1.
-
-    The exit status is ``main``'s return value when that is an int, else 0: some mains return
-    their results (for the tests), which are no exit status.
-    """
-    import sys
-
+    """Run ``main``; a ``UserError`` becomes ``error: <message>`` and exit status 1. The exit status is
+    ``main``'s result when that is an int, else 0 (some mains return their results, for the tests)."""
     try:
         status = main(*args)
     except UserError as e:

@@ -1,9 +1,7 @@
 """Where a result came from: package versions, the checkout's git state, the machine, the date.
 
-Every tool that writes a result (demo, study, probes, the reproduction harness, the benchmark)
-records ``provenance()`` beside it, so a number can be traced to the code and environment
-that produced it. Versions are read from the installed distributions' metadata, not by
-importing them: recording provenance costs milliseconds, not fairseq's start-up.
+Every tool that writes a result records ``provenance()`` beside it. Versions are read from the
+installed distributions' metadata, not by importing them: milliseconds, not fairseq's start-up.
 """
 
 import os
@@ -16,31 +14,22 @@ from pathlib import Path
 from typing import Dict, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
+#: the distributions a result's numbers depend on
+PACKAGES = ("torch", "fairseq", "sacrebleu", "sacremoses", "subword-nmt", "sentencepiece", "numpy")
 
-#: what a result's numbers depend on: label -> distribution names to try (fairseq's import
-#: package ``fairseq`` comes from ``fairseq-fixed`` here, from ``fairseq`` elsewhere)
-PACKAGES = {
-    "torch": ("torch",),
-    "fairseq": ("fairseq-fixed", "fairseq"),
-    "sacrebleu": ("sacrebleu",),
-    "sacremoses": ("sacremoses",),
-    "subword-nmt": ("subword-nmt",),
-    "sentencepiece": ("sentencepiece",),
-    "numpy": ("numpy",),
-}
+
+def _version(distribution: str) -> Optional[str]:
+    try:
+        return metadata.version(distribution)
+    except metadata.PackageNotFoundError:
+        return None
 
 
 def versions() -> Dict[str, Optional[str]]:
     """Python's and each of PACKAGES' installed version (None where not installed)."""
-    found: Dict[str, Optional[str]] = {"python": platform.python_version()}
-    for label, distributions in PACKAGES.items():
-        found[label] = None
-        for name in distributions:
-            try:
-                found[label] = metadata.version(name)
-                break
-            except metadata.PackageNotFoundError:
-                continue
+    found = {"python": platform.python_version(), **{name: _version(name) for name in PACKAGES}}
+    # the import package fairseq comes from the distribution fairseq-fixed here, from fairseq elsewhere
+    found["fairseq"] = _version("fairseq-fixed") or found["fairseq"]
     return found
 
 
@@ -53,24 +42,22 @@ def git_state(root: Path = ROOT) -> Dict[str, object]:
         ).stdout.strip()
 
     try:
-        commit = git("rev-parse", "HEAD")
-        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
     except (OSError, subprocess.CalledProcessError):
         return {"commit": None, "dirty": None}
-    return {"commit": commit, "dirty": dirty}
 
 
 def machine() -> Dict[str, object]:
     """Operating system, CPU model, CPU count and memory: what speed figures depend on."""
     processor = platform.processor() or platform.machine()
-    memory_gb = None
     try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            processor = re.search(r"^model name\s*:\s*(.+)$", f.read(), re.M).group(1)
-        with open("/proc/meminfo", encoding="utf-8") as f:
-            memory_gb = round(int(re.search(r"MemTotal:\s+(\d+)", f.read()).group(1)) / 2**20, 1)
-    except (OSError, AttributeError):  # not Linux
+        processor = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M).group(1)
+    except (OSError, AttributeError):  # not Linux, or no model name there
         pass
+    try:
+        memory_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
+    except (AttributeError, ValueError):  # no sysconf (Windows)
+        memory_gb = None
     return {
         "platform": platform.platform(),
         "processor": processor,

@@ -1,16 +1,12 @@
 """Running fairseq's command-line tools with their output in a log file.
 
-The command line is written to the log first (``$ python -m fairseq_cli.train ...``, so a log
-that several attempts appended to shows where each began), then its stdout and stderr line by
-line; a non-zero exit raises ``RunError`` naming the last log line and the log.
-
-A SIGTERM, SIGINT or SIGHUP that reaches the caller (SLURM preemption, ``scancel``, Ctrl-C) is
-passed on to the command, which is then waited for, and ``RunError`` names the signal; a
-SIGKILLed caller takes the command with it (``PR_SET_PDEATHSIG`` on Linux; also when the caller
-dies of a signal it does not handle), so no orphan keeps writing checkpoints while the same
-command, run again, resumes from them.
+Each attempt's output follows its command line (``$ python -m fairseq_cli.train ...``) in the log.
+A SIGTERM, SIGINT or SIGHUP to the caller (SLURM preemption, ``scancel``, Ctrl-C) is passed on to the
+command, and ``RunError`` names it; a SIGKILLed caller takes the command with it (``PR_SET_PDEATHSIG``
+on Linux), so no orphan keeps writing checkpoints while the same command, run again, resumes from them.
 """
 
+import ctypes
 import os
 import shlex
 import signal
@@ -24,14 +20,14 @@ from .errors import UserError
 
 #: the plugin that ``--user-dir`` loads
 PLUGIN_DIR = Path(__file__).resolve().parents[1] / "fairseq_residual"
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 class RunError(UserError):
     """A command exited with a non-zero status (``signal``: the stop signal passed on to it, if any)."""
 
     def __init__(self, label: str, returncode: int, last_line: str, log_path: Path, signal: Optional[str] = None):
-        self.label, self.returncode, self.last_line, self.log_path = label, returncode, last_line, Path(log_path)
-        self.signal = signal
+        self.returncode, self.last_line, self.signal = returncode, last_line, signal
         how = f"stopped by {signal}" if signal else "failed"
         super().__init__(
             f"{label} {how} (exit status {returncode}): {last_line or '(no output)'}; full log: {log_path}"
@@ -57,14 +53,13 @@ def run_logged(
     it is logged (for progress on the console); ``label`` names the command in the error.
     Stop signals are passed on from the main thread only (Python handles signals there).
     """
-    log_path = Path(log_path)
+    cmd, log_path = list(map(str, cmd)), Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     last_line, received = "", []
-    with open(log_path, "a", encoding="utf-8") as log:
-        log.write(f"$ {shlex.join(map(str, cmd))}\n")
-        log.flush()
+    with open(log_path, "a", encoding="utf-8", buffering=1) as log:  # line-buffered: the log can be followed
+        log.write(f"$ {shlex.join(cmd)}\n")
         proc = subprocess.Popen(
-            list(map(str, cmd)),
+            cmd,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
@@ -78,13 +73,11 @@ def run_logged(
             proc.send_signal(signum)
 
         main_thread = threading.current_thread() is threading.main_thread()
-        previous = {sig: signal.signal(sig, forward) for sig in _STOP_SIGNALS} if main_thread else {}
+        previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS} if main_thread else {}
         try:
             for line in proc.stdout:
                 log.write(line)
-                log.flush()
-                if line.strip():
-                    last_line = line.strip()
+                last_line = line.strip() or last_line
                 if on_line is not None:
                     on_line(line)
             returncode = proc.wait()
@@ -95,11 +88,6 @@ def run_logged(
         raise RunError(label or Path(cmd[0]).name, returncode, last_line, log_path, received[0] if received else None)
 
 
-_STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
-
-
 def _die_with_parent() -> None:
-    """In the child, before exec: the kernel sends it SIGKILL when its parent dies (Linux)."""
-    import ctypes
-
+    """In the child, before exec: the kernel sends it SIGKILL when its parent dies."""
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
