@@ -13,16 +13,9 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 from .runner import PLUGIN_DIR, RunError, fairseq_command, run_logged
 from .training_log import read_log
 
-#: the paper's validation decoding limit (max length 1.2 x source + 10); it also keeps a
-#: diverged model from spending minutes on 200-token outputs
-LENGTH_LIMIT = ("--max-len-a", "1.2", "--max-len-b", "10")
-
-
-def one_thread_env() -> Dict[str, str]:
-    """The environment of a run: one torch thread unless OMP_NUM_THREADS says otherwise (on a shared
-    2-core machine torch's default of a thread per core spin-waits against the other jobs: an
-    E12D12 update measured 13x slower with 2 threads), and no Python warnings in the log."""
-    return {"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+#: one torch thread unless OMP_NUM_THREADS says otherwise (on a shared 2-core machine torch's default of a thread
+#: per core spin-waits against the other jobs: an E12D12 update measured 13x slower with 2 threads); no warnings
+RUN_ENV = {"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
 
 
 def train_command(
@@ -65,25 +58,11 @@ def train_command(
     )
 
 
-def generate_command(databin, save_dir, *extra: str) -> List[str]:
-    """fairseq-generate (beam 5, BPE removed) of ``save_dir``'s last checkpoint on the test set;
-    the output goes to ``save_dir/generate-test/generate-test.txt``."""
-    save_dir = Path(save_dir)
-    return fairseq_command(
-        "generate",
-        databin,
-        *("--user-dir", PLUGIN_DIR, "--path", save_dir / "checkpoint_last.pt", "--gen-subset", "test"),
-        *("--beam", "5", "--remove-bpe", "--max-tokens", "4000", "--cpu"),
-        *("--results-path", save_dir / "generate-test"),
-        *extra,
-    )
-
-
 def run_training(cmd: Sequence[str], out_file: Path, label: str, on_line: Optional[Callable[[str], None]] = None):
     """Run a ``train_command`` with one torch thread, output in ``out_file``. A NaN stop is a training outcome
     ("fails", read from the log); any other failure (e.g. a broken import) is no verdict: raised, retried next time."""
     try:
-        run_logged(cmd, out_file, env=one_thread_env(), label=f"{label}: fairseq-train", on_line=on_line)
+        run_logged(cmd, out_file, env=RUN_ENV, label=f"{label}: fairseq-train", on_line=on_line)
     except RunError:
         if not read_log(out_file).nan_error:
             raise
@@ -96,9 +75,19 @@ def score_test_set(databin, save_dir: Path, references: List[str], label: str, *
 
     from .repro.scoring import detokenize, parse_generate
 
-    cmd = generate_command(databin, save_dir, *extra, *LENGTH_LIMIT)
-    run_logged(cmd, Path(save_dir) / "generate.out", env=one_thread_env(), label=f"{label}: fairseq-generate")
-    output = (Path(save_dir) / "generate-test" / "generate-test.txt").read_text(encoding="utf-8")
+    save_dir = Path(save_dir)
+    cmd = fairseq_command(
+        "generate",
+        databin,
+        *("--user-dir", PLUGIN_DIR, "--path", save_dir / "checkpoint_last.pt", "--gen-subset", "test"),
+        *("--beam", "5", "--remove-bpe", "--max-tokens", "4000", "--cpu", "--results-path", save_dir / "generate-test"),
+        *extra,
+        # the paper's validation decoding limit (max length 1.2 x source + 10); it also keeps a
+        # diverged model from spending minutes on 200-token outputs
+        *("--max-len-a", "1.2", "--max-len-b", "10"),
+    )
+    run_logged(cmd, save_dir / "generate.out", env=RUN_ENV, label=f"{label}: fairseq-generate")
+    output = (save_dir / "generate-test" / "generate-test.txt").read_text(encoding="utf-8")
     hypotheses = detokenize(parse_generate(output).hypotheses, "en")  # Moses-detokenised, in test-set order
     metric = BLEU()
     score = metric.corpus_score(hypotheses, [references])

@@ -1,31 +1,24 @@
-"""Reading fairseq training logs, and the one rule that calls a run "fails".
+"""Reading fairseq training logs, and the one rule that calls a run "fails" (the paper's word for a
+training that diverges), used by the reproduction tables and the CPU-scale study:
 
-The paper reports a training that diverges as "fails". The same rule is used by
-the reproduction tables and the CPU-scale study:
+* the training loss became NaN or infinite (or fairseq stopped on a NaN / "minimum loss scale reached" error), or
+* the loss exploded: a logged training loss above ``EXPLODE_FACTOR`` times the lowest one seen before it,
+  after the first ``WARMUP_POINTS`` log points, or
+* no progress: with more than ``WARMUP_POINTS`` log points, the last logged training loss is not below
+  ``NO_PROGRESS_FRACTION`` of the first one, or
+* a plateau: with at least ``PLATEAU_MIN_POINTS`` log points, the loss over the last two thirds of the curve
+  fell by less than ``PLATEAU_DROP`` (mean of the three points around the one-third mark vs mean of the last
+  three) while it is still above ``PLATEAU_LEVEL`` times the first logged loss.
 
-* the training loss became NaN or infinite (or fairseq stopped on a NaN /
-  "minimum loss scale reached" error), or
-* the loss exploded: a logged training loss above ``EXPLODE_FACTOR`` times the
-  lowest one seen before it, after the first ``WARMUP_POINTS`` log points, or
-* no progress: with more than ``WARMUP_POINTS`` log points, the last logged
-  training loss is not below ``NO_PROGRESS_FRACTION`` of the first one, or
-* a plateau: with at least ``PLATEAU_MIN_POINTS`` log points, the loss over the
-  last two thirds of the curve fell by less than ``PLATEAU_DROP`` (mean of the
-  three points around the one-third mark vs mean of the last three) while it is
-  still above ``PLATEAU_LEVEL`` times the first logged loss.
+The plateau is how Post-LN fails at small scale: its loss drops quickly to about the loss of predicting target
+tokens by their frequency alone and stays there, below 0.9x the first loss, so the no-progress test passes it.
+The level condition keeps a converged run, flat far below where it started, from counting as stuck. Thresholds
+from the CPU study's recorded curves (results/cpu-study/results.json): its stuck Post-LN runs fell 0.7-1.4 %
+over their last two thirds, every run that kept learning 2.7 % or more.
 
-The plateau case is the way Post-LN fails at small scale: its loss drops quickly
-to about the loss of predicting target tokens by their frequency alone and stays
-there, below 0.9x the first loss, so the no-progress test passes it. The level
-condition keeps a converged run, flat far below where it started, from counting
-as stuck. Thresholds from the CPU study's recorded curves (results/cpu-study/results.json):
-its stuck Post-LN runs fell 0.7-1.4 % over their last two thirds, every run that
-kept learning 2.7 % or more.
-
-Training losses are the per-interval ``train_inner`` values; a log that has
-none (``--log-interval`` longer than an epoch) falls back to the epoch averages.
-An update logged twice (a run resumed from its last checkpoint repeats the
-updates after it) counts once, with its latest value.
+Training losses are the per-interval ``train_inner`` values, or the epoch averages in a log that has none
+(``--log-interval`` longer than an epoch). An update logged twice (a resumed run repeats the updates after its
+last checkpoint) counts once, with its latest value.
 """
 
 import json
@@ -71,14 +64,10 @@ def _loss(value) -> float:
 
 def json_record(line: str) -> Optional[dict]:
     """The JSON record of a ``--log-format json`` line (after fairseq's prefix), or None."""
-    brace = line.find("{")
-    if brace < 0 or '"' not in line[brace:]:
-        return None
     try:
-        record = json.loads(line[brace:])
-    except json.JSONDecodeError:
+        return json.loads(line[line.index("{") :])
+    except ValueError:  # no brace, or no JSON after it
         return None
-    return record if isinstance(record, dict) else None
 
 
 def parse_log(text: str) -> TrainLog:
@@ -105,13 +94,10 @@ def parse_log(text: str) -> TrainLog:
             else:
                 target = inner
             target.append((int(match.group(1)), _loss(loss.group(1))))
-    # per-interval losses when logged; end-of-epoch averages (which lag) otherwise
-    return TrainLog(train=_once_per_update(inner or summary), valid=_once_per_update(valid), nan_error=nan_error)
-
-
-def _once_per_update(points):
-    """The latest value logged for each update, in update order."""
-    return sorted(dict(points).items())
+    # per-interval losses when logged, end-of-epoch averages (which lag) otherwise;
+    # the latest value logged for each update, in update order
+    train, valid = (sorted(dict(points).items()) for points in (inner or summary, valid))
+    return TrainLog(train=train, valid=valid, nan_error=nan_error)
 
 
 def read_log(path) -> TrainLog:
