@@ -1,29 +1,24 @@
 """The checks that need a CUDA GPU, as one prepared run: ``bash scripts/gpu_check.sh`` (< 10 min on one GPU).
 
-1. Reduced precision at depth: Post-LN, Pre-LN and ResiDual at E18D18 (the WMT model, 512 wide) trained
-   for ``--updates`` updates on the embedded corpus with ``--fp16``, with the authors' OPUS-100 setting
-   ``--memory-efficient-fp16 --fp16-init-scale 8``, and with ``--amp``. Recorded per run: whether every
-   logged loss is finite, the loss-scale history, tokens/s (fairseq's ``wps``, median over the logged
-   intervals after the first), the least free GPU memory fairseq logged (``gb_free``: total memory minus
-   the peak allocated in an update), and per precision each scheme's tokens/s as a ratio to Pre-LN's.
-2. A one-node ``torchrun`` launch through ``scripts/train.sh`` on every visible GPU (one rank per GPU,
-   NCCL between them; with a single GPU, world size 1 and no process group).
-3. The benchmark of ``make bench`` on the GPU (``--device cuda``) at ``BENCH_SIZES``: training step and
-   generation speed and peak memory of ResiDual beside fairseq's stock Post-LN and Pre-LN, with its targets.
+1. Post-LN, Pre-LN and ResiDual at E18D18 (the WMT model) trained for ``--updates`` updates on the embedded
+   corpus with each of ``PRECISIONS``: finite losses, loss-scale history, tokens/s (median ``wps`` after the
+   first interval) and its ratio to Pre-LN, the least ``gb_free`` (total memory minus the peak allocated).
+2. A one-node ``torchrun`` launch through ``scripts/train.sh``, one rank per visible GPU.
+3. ``make bench``'s benchmark with ``--device cuda`` at ``BENCH_SIZES``, with its targets.
 
-Everything goes to ``--out`` (default ``results/gpu-check/``): ``gpu_check.json``, ``report.md`` (with the
-exact command, versions and machine), the benchmark's ``bench/`` and every run's log under ``logs/``.
-``--dry-run`` prints the commands and runs nothing (no GPU needed).
+Writes ``gpu_check.json``, ``report.md``, ``bench/`` and ``logs/`` to ``--out``; ``--dry-run`` prints the
+commands and runs nothing.
 """
 
 import argparse
 import json
+import math
 import re
 import shlex
 import statistics
 import sys
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from .errors import UserError, exit_on_user_error
 from .markdown import table
@@ -35,7 +30,7 @@ ROOT = PLUGIN_DIR.parent
 
 PRECISIONS: Dict[str, List[str]] = {
     "fp16": ["--fp16"],
-    "memory-efficient-fp16": ["--memory-efficient-fp16", "--fp16-init-scale", "8"],
+    "memory-efficient-fp16": ["--memory-efficient-fp16", "--fp16-init-scale", "8"],  # the authors' OPUS-100 setting
     "amp": ["--amp"],
 }
 SCHEMES = ["post", "pre", "residual"]
@@ -64,26 +59,17 @@ def train_command(databin, scheme: str, precision: str, updates: int) -> List[st
 def torchrun_command(databin, work: Path, gpus: int, updates: int) -> List[str]:
     """scripts/train.sh with torchrun on ``gpus`` GPUs, the demo's src-tgt data, no validation or checkpoints."""
     return [
-        "bash",
-        str(ROOT / "scripts" / "train.sh"),
-        *("--cell", TORCHRUN_CELL, "--data", str(databin), "--gpus", str(gpus), "--launcher", "torchrun"),
+        *("bash", str(ROOT / "scripts" / "train.sh"), "--cell", TORCHRUN_CELL, "--data", str(databin)),
+        *("--gpus", str(gpus), "--launcher", "torchrun"),
         *("--work", str(work / "torchrun"), "--results", str(work / "torchrun-results"), "--"),
-        f"optimization.max_update={updates}",
-        "task.source_lang=src",
-        "task.target_lang=tgt",
-        "task.eval_bleu=false",
-        "dataset.disable_validation=true",
-        "checkpoint.no_save=true",
+        *(f"optimization.max_update={updates}", "task.source_lang=src", "task.target_lang=tgt"),
+        *("task.eval_bleu=false", "dataset.disable_validation=true", "checkpoint.no_save=true"),
     ]
 
 
 def bench_command(out: Path) -> List[str]:
-    """scripts/bench.py (``make bench``) on the GPU at BENCH_SIZES, writing ``out/bench``."""
-    return [
-        sys.executable,
-        str(ROOT / "scripts" / "bench.py"),
-        *("--device", "cuda", "--sizes", BENCH_SIZES, "--out", str(out / "bench")),
-    ]
+    bench = [sys.executable, str(ROOT / "scripts" / "bench.py")]
+    return [*bench, "--device", "cuda", "--sizes", BENCH_SIZES, "--out", str(out / "bench")]
 
 
 def bench_outcome(bench: dict) -> str:
@@ -97,19 +83,6 @@ def bench_outcome(bench: dict) -> str:
     return "; ".join(checks) + "; the tables are in bench/bench.md"
 
 
-def interval_records(text: str) -> List[dict]:
-    """fairseq's per-interval training records (``train_inner``) of a ``--log-format json`` log."""
-    records = [json_record(line) for line in text.splitlines() if "train_inner" in line]
-    return [r for r in records if r is not None and "num_updates" in r and "loss" in r]
-
-
-def _float(value) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return float("nan")
-
-
 def torchrun_outcome(text: str) -> str:
     """World size and ranks joined, from a torchrun training log (the config fairseq logs, its init lines)."""
     world = re.findall(r"'distributed_world_size': (\d+)", text)
@@ -120,15 +93,16 @@ def torchrun_outcome(text: str) -> str:
 
 def summarise_run(text: str) -> dict:
     """Losses, loss-scale history and tokens/s of one training log."""
-    records = interval_records(text)
-    losses = [(int(r["num_updates"]), _float(r["loss"])) for r in records]
-    scales = [(int(r["num_updates"]), _float(r["loss_scale"])) for r in records if "loss_scale" in r]
-    wps = [_float(r["wps"]) for r in records[1:] if "wps" in r]  # the first interval includes start-up
-    free = [_float(r["gb_free"]) for r in records if "gb_free" in r]  # fairseq logs it on a GPU
+    records = [json_record(line) for line in text.splitlines() if "train_inner" in line]
+    records = [r for r in records if r is not None and "num_updates" in r and "loss" in r]
+    losses = [(int(r["num_updates"]), float(r["loss"])) for r in records]
+    scales = [(int(r["num_updates"]), float(r["loss_scale"])) for r in records if "loss_scale" in r]
+    wps = [float(r["wps"]) for r in records[1:] if "wps" in r]  # the first interval includes start-up
+    free = [float(r["gb_free"]) for r in records if "gb_free" in r]  # fairseq logs it on a GPU
     return {
         "updates": losses[-1][0] if losses else 0,
         "losses": losses,
-        "loss_finite": bool(losses) and all(x == x and abs(x) != float("inf") for _, x in losses),
+        "loss_finite": bool(losses) and all(math.isfinite(x) for _, x in losses),
         "loss_scale": scales,
         "overflow_messages": len(re.findall(r"gradient overflow detected", text)),
         "tokens_per_s": statistics.median(wps) if wps else None,
@@ -161,7 +135,7 @@ def report_markdown(record: dict) -> str:
         ratios = speed_ratios(runs)
         for scheme, run in runs.items():
             if "error" in run:
-                rows.append([precision, scheme, f"failed: {run['error']}", "", "", "", "", ""])
+                rows.append([precision, scheme, f"failed: {run['error']}", *[""] * 5])
                 continue
             scales = [s for _, s in run["loss_scale"]]
             scale = f"{scales[0]:g}, {min(scales):g}, {scales[-1]:g}" if scales else "-"
@@ -177,39 +151,32 @@ def report_markdown(record: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def visible_gpus() -> List[str]:
-    import torch
-
-    return [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
-
-
-def launched(command: List[str], log: Path, summary: Callable[[], str]) -> dict:
-    """Run ``command`` with its output in ``log``; its outcome: ``finished; <summary()>`` or why it failed."""
+def failure(command: List[str], log: Path, label: str) -> Optional[str]:
+    """Run ``command`` with its output in a fresh ``log``; why it failed, or None."""
     log.unlink(missing_ok=True)  # run_logged appends
     try:
-        run_logged(command, log, label=log.stem)
-        outcome = "finished; " + summary()
+        run_logged(command, log, label=label)
     except UserError as e:
-        outcome = f"failed: {e}"
-    return {"command": shlex.join(command), "outcome": outcome}
+        return str(e)
+    return None
 
 
 def run(args) -> dict:
     out, work = Path(args.out), Path(args.work)
-    command = "bash scripts/gpu_check.sh " + shlex.join(args.argv)
     databin = work / "demo" / "data-bin"
-    plan = [(p, s, train_command(databin, s, p, args.updates)) for p in args.precisions for s in args.schemes]
-    gpus = [] if args.dry_run else visible_gpus()
-    torchrun = torchrun_command(databin, work, max(len(gpus), 1), args.torchrun_updates)
-    bench = bench_command(out)
+    plan = {(p, s): train_command(databin, s, p, args.updates) for p in args.precisions for s in args.schemes}
+    import torch
+
+    gpus = [] if args.dry_run else [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())]
+    launches = {}
+    if not args.skip_torchrun:
+        launches["torchrun"] = torchrun_command(databin, work, max(len(gpus), 1), args.torchrun_updates)
+    if not args.skip_bench:
+        launches["bench"] = bench_command(out)
     if args.dry_run:
         print(f"data: the embedded corpus prepared into {databin}")
-        for _, _, cmd in plan:
+        for cmd in [*plan.values(), *launches.values()]:
             print(shlex.join(cmd))
-        if not args.skip_torchrun:
-            print(shlex.join(torchrun))
-        if not args.skip_bench:
-            print(shlex.join(bench))
         return {}
     if not gpus:
         raise UserError(
@@ -219,39 +186,31 @@ def run(args) -> dict:
     from .demo.prepare import prepare_demo_data
 
     prepare_demo_data(work / "demo")
-    import torch
-
-    record = {"command": command, "provenance": provenance(), "gpus": gpus, "cuda": torch.version.cuda}
-    record["updates"] = args.updates
-    record["precision"] = {p: {} for p in args.precisions}
-    for precision, scheme, cmd in plan:
+    record = {"command": "bash scripts/gpu_check.sh " + shlex.join(args.argv), "provenance": provenance()}
+    record.update(gpus=gpus, cuda=torch.version.cuda, updates=args.updates, precision={p: {} for p in args.precisions})
+    for (precision, scheme), cmd in plan.items():
         log = out / "logs" / f"{precision}-{scheme}.log"
-        log.unlink(missing_ok=True)  # run_logged appends
-        try:
-            run_logged(cmd, log, label=f"{precision} {scheme}")
-            record["precision"][precision][scheme] = summarise_run(log.read_text())
-        except UserError as e:
-            record["precision"][precision][scheme] = {"error": str(e)}
-        print(f"{precision} {scheme}: {record['precision'][precision][scheme]}", flush=True)
-    if not args.skip_torchrun:
-        log = out / "logs" / "torchrun.log"
-        record["torchrun"] = launched(torchrun, log, lambda: torchrun_outcome(log.read_text()))
-    if not args.skip_bench:
-        results = out / "bench" / "bench.json"
-        record["bench"] = launched(
-            bench, out / "logs" / "bench.log", lambda: bench_outcome(json.loads(results.read_text()))
-        )
+        error = failure(cmd, log, f"{precision} {scheme}")
+        summary = {"error": error} if error else summarise_run(log.read_text())
+        record["precision"][precision][scheme] = summary
+        print(f"{precision} {scheme}: {summary}", flush=True)
+    outcomes = {
+        "torchrun": lambda: torchrun_outcome((out / "logs" / "torchrun.log").read_text()),
+        "bench": lambda: bench_outcome(json.loads((out / "bench" / "bench.json").read_text())),
+    }
+    for key, cmd in launches.items():
+        error = failure(cmd, out / "logs" / f"{key}.log", key)
+        outcome = f"failed: {error}" if error else "finished; " + outcomes[key]()
+        record[key] = {"command": shlex.join(cmd), "outcome": outcome}
     (out / "gpu_check.json").write_text(json.dumps(record, indent=1) + "\n")
     (out / "report.md").write_text(report_markdown(record))
     return record
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="scripts/gpu_check.sh",
-        description=__doc__.split("\n\n")[0],
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+def parse_args(argv: Sequence[str]):
+    from fairseq_residual.schemes import SCHEMES as REGISTERED
+
+    parser = argparse.ArgumentParser(prog="scripts/gpu_check.sh", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=str(ROOT / "results" / "gpu-check"), help="results folder")
     parser.add_argument("--work", default=str(ROOT / "work" / "gpu-check"), help="data and scratch folder")
     parser.add_argument("--updates", type=int, default=200, help="updates per precision run (default 200)")
@@ -261,13 +220,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--skip-torchrun", action="store_true", help="leave out the torchrun launch")
     parser.add_argument("--skip-bench", action="store_true", help="leave out the benchmark on the GPU")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
-    return parser
-
-
-def parse_args(argv: Sequence[str]):
-    from fairseq_residual.schemes import SCHEMES as REGISTERED
-
-    parser = build_parser()
     args = parser.parse_args(argv)
     args.argv = list(argv)
     args.schemes = [s for s in args.schemes.split(",") if s]
