@@ -1,25 +1,23 @@
 """Speed and memory of ResiDual and the other schemes beside fairseq's stock transformer.
 
-    fairseq-residual-bench --malloc keep          # what `make bench` runs: every size -> results/bench/
-    fairseq-residual-bench --sizes iwslt-e6d6 --schemes all --out /tmp/bench
-    fairseq-residual-bench --device cuda --sizes wmt-e18d18 --out /tmp/bench-gpu
-
-What is measured and how: fairseq_residual_tools/bench/.
+fairseq-residual-bench --malloc keep          # what `make bench` runs: every size -> results/bench/
+fairseq-residual-bench --sizes iwslt-e6d6 --schemes all --out /tmp/bench
+fairseq-residual-bench --device cuda --sizes wmt-e18d18 --out /tmp/bench-gpu
 """
 
 import argparse
 import dataclasses
-import sys
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Sequence
 
+from ..errors import UserError
 from .isolation import MALLOC_SETTINGS
 from .variants import SIZES, TINY
 
 
-def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    known = [*SIZES, TINY.name]
+    known = {**SIZES, TINY.name: TINY}
     p.add_argument("--sizes", default=",".join(SIZES), help=f"comma-separated, from: {', '.join(known)}")
     p.add_argument(
         "--schemes",
@@ -54,30 +52,32 @@ def parse_args(argv: Optional[Sequence[str]] = None) -> argparse.Namespace:
     unknown = [s for s in args.sizes.split(",") if s not in known]
     if unknown:
         p.error(f"unknown size(s) {', '.join(unknown)}; choose from {', '.join(known)}")
+    args.sizes = [known[s] for s in args.sizes.split(",")]
     if args.schemes:
         from fairseq_residual.schemes import SCHEMES
 
-        args.schemes = tuple(SCHEMES) if args.schemes == "all" else tuple(args.schemes.split(","))
-        unknown = [s for s in args.schemes if s not in SCHEMES]
+        schemes = tuple(SCHEMES) if args.schemes == "all" else tuple(args.schemes.split(","))
+        unknown = [s for s in schemes if s not in SCHEMES]
         if unknown:
             p.error(f"unknown scheme(s) {', '.join(unknown)}; choose from {', '.join(SCHEMES)}")
+        args.sizes = [dataclasses.replace(size, schemes=schemes) for size in args.sizes]
     return args
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
+def main(argv: Sequence[str]) -> None:
     args = parse_args(argv)
-    from .device import check
+    import torch
 
-    check(args.device)  # before fairseq's import, which logs
+    if args.device == "cuda" and not torch.cuda.is_available():  # before fairseq's import, which logs
+        raise UserError(
+            "--device cuda: no CUDA GPU visible (torch.cuda.is_available() is False); "
+            "run it on a machine with a GPU, or leave out --device to measure on the CPU"
+        )
     from .measure import run
     from .report import markdown, write
 
-    sizes = [dict(SIZES, tiny=TINY)[name] for name in args.sizes.split(",")]
-    if args.schemes:
-        sizes = [dataclasses.replace(size, schemes=args.schemes) for size in sizes]
     record = run(
-        sizes,
+        args.sizes,
         args.warmup,
         args.rounds,
         args.threads,
@@ -87,8 +87,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         fresh_process_per_size=not args.same_process,
         malloc=args.malloc,
         device=args.device,
-        log=lambda m: print(m, flush=True),
     )
     write(record, args.out)
     print(markdown(record))
-    return 0

@@ -1,7 +1,17 @@
-"""Measuring the sizes: speed and memory of every variant, each size in fresh processes."""
+"""Measuring the sizes: speed and memory of every variant, each size in fresh processes.
+
+Variants run in interleaved rounds (A B C A B C ...), so slow phases of a shared machine hit every
+variant alike, and a variant's speed ratio is taken within one round. Beside wall time, each run
+records the process's user and system CPU time and its minor page faults: on CPU, glibc's malloc may
+hand freed memory back to the kernel and map it in again, which shows up in system time and page
+faults, not in the arithmetic (user time).
+"""
 
 import functools
+import gc
 import os
+import resource
+import statistics
 import sys
 import time
 from dataclasses import asdict
@@ -10,9 +20,83 @@ from typing import Callable, Dict, List, Optional, Sequence
 from .isolation import in_fresh_process, malloc_variables
 from .variants import REFERENCE, Size, build_variant, model_args, variants
 
+TIMING_KEYS = ("wall_s", "user_s", "sys_s", "minor_faults")
 Log = Callable[[str], None]
+_stdout = functools.partial(print, flush=True)
 #: progress of a measuring process: its stdout carries its result (``isolation``)
 _stderr = functools.partial(print, file=sys.stderr, flush=True)
+
+
+def interleaved(
+    jobs: Dict[str, Callable[[], object]], warmup: int, reps: int, wait: Callable[[], None] = lambda: None
+) -> Dict[str, Dict[str, List[float]]]:
+    """Run every job ``warmup`` times, then ``reps`` rounds of one run each, in the given order;
+    each run ends with ``wait()``, which returns once the device has done the run's work.
+
+    Returns per job the TIMING_KEYS of each round. The garbage collector runs between rounds,
+    never inside one (a full collection costs about 0.2 s with fairseq's objects alive).
+    """
+    for _ in range(warmup):
+        for job in jobs.values():
+            job()
+            wait()
+    times = {name: {key: [] for key in TIMING_KEYS} for name in jobs}
+    try:
+        for _ in range(reps):
+            gc.collect()
+            gc.disable()
+            for name, job in jobs.items():
+                before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+                job()
+                wait()
+                wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
+                times[name]["wall_s"].append(wall)
+                times[name]["user_s"].append(after.ru_utime - before.ru_utime)
+                times[name]["sys_s"].append(after.ru_stime - before.ru_stime)
+                times[name]["minor_faults"].append(after.ru_minflt - before.ru_minflt)
+    finally:
+        gc.enable()
+    return times
+
+
+def ratio_summary(reference: Sequence[float], other: Sequence[float]) -> Dict[str, float]:
+    """Speed of ``other`` relative to ``reference`` (reference seconds / other seconds) in each
+    round, as min / median / max over the rounds."""
+    ratios = [r / o for r, o in zip(reference, other)]
+    return {"min": min(ratios), "median": statistics.median(ratios), "max": max(ratios)}
+
+
+def speed_table(times: Dict[str, Dict[str, List[float]]], amount: float, unit: str) -> Dict[str, Dict]:
+    """Per variant: its timings, ``amount`` per wall second of each run (under ``unit``), and
+    the wall and user-CPU ratios to REFERENCE."""
+    return {
+        name: {
+            **t,
+            unit: [amount / wall for wall in t["wall_s"]],
+            "ratio_to_reference": ratio_summary(times[REFERENCE]["wall_s"], t["wall_s"]),
+            "user_cpu_ratio_to_reference": ratio_summary(times[REFERENCE]["user_s"], t["user_s"]),
+        }
+        for name, t in times.items()
+    }
+
+
+def pool_layouts(results: Sequence[Dict]) -> Dict:
+    """One size's results from several layouts as one: the rounds of every layout side by side,
+    ratios recomputed over all of them, the memory of the first (the layout that measures it)."""
+    pooled = dict(results[0])
+    pooled["layouts"] = [order for r in results for order in r["layouts"]]
+    for table, amount, unit in (
+        ("train", results[0]["train_tokens"], "tokens_per_s"),
+        ("generate", results[0]["size"]["gen_batch"], "sentences_per_s"),
+    ):
+        times = {
+            name: {key: [x for r in results for x in r[table][name][key]] for key in TIMING_KEYS}
+            for name in results[0]["variants"]
+        }
+        pooled[table] = speed_table(times, amount, unit)
+    for name in results[0]["variants"]:
+        pooled["generate"][name]["hypothesis_lengths"] = results[0]["generate"][name]["hypothesis_lengths"]
+    return pooled
 
 
 def measure_size(
@@ -32,18 +116,16 @@ def measure_size(
 
     ``layout`` rotates the order in which the models are built and run: where a model's weights
     land in memory depends on what was allocated before, and that alone moves one model's speed
-    by a few percent; ``timing.pool_layouts`` combines several rotations.
+    by a few percent; ``pool_layouts`` combines several rotations.
     """
     import torch
 
-    from .data import SyntheticTask, synthetic_batch
-    from .device import synchronize
     from .memory import memory_probe, release_free_memory, with_ratios
-    from .steps import BEAM, Generation, TrainingStep
-    from .timing import interleaved, speed_table
+    from .steps import BEAM, Generation, SyntheticTask, TrainingStep, synthetic_batch
 
     gen_reps = reps if gen_reps is None else gen_reps
-    wait = synchronize(device)
+    # a GPU runs kernels asynchronously: a timed run ends once the device has done its work
+    wait = torch.get_device_module(device).synchronize
     task = SyntheticTask(size.vocab)
     pad = task.target_dictionary.pad()
     train_sample = synthetic_batch(task, size.batch, size.src_len, size.tgt_len, seed=0, device=device)
@@ -93,13 +175,6 @@ def measure_size(
     return result
 
 
-def load_average() -> Optional[List[float]]:
-    try:
-        return list(os.getloadavg())
-    except OSError:  # not available on this platform
-        return None
-
-
 def run(
     sizes: Sequence[Size],
     warmup: int,
@@ -112,7 +187,7 @@ def run(
     fresh_process_memory: bool = True,
     malloc: Optional[str] = None,
     device: str = "cpu",
-    log: Log = print,
+    log: Log = _stdout,
 ) -> Dict:
     """The benchmark record: ``sizes`` measured on ``device`` ``layouts`` times each, in fresh processes
     with the ``malloc`` settings (``isolation``), or all in this process if not ``fresh_process_per_size``;
@@ -120,15 +195,14 @@ def run(
     import torch
 
     from ..provenance import provenance
-    from .device import describe
-    from .timing import pool_layouts
 
     record = {
         "command": command,
         **provenance(),
         "threads": threads,
-        **describe(device),
-        "load_average_before": load_average(),
+        "device": device,
+        "gpu": f"{torch.cuda.get_device_name()} (CUDA {torch.version.cuda})" if device == "cuda" else None,
+        "load_average_before": os.getloadavg(),
         "warmup": warmup,
         "rounds": reps,
         "generation_rounds": reps if gen_reps is None else gen_reps,
@@ -146,7 +220,7 @@ def run(
     started = time.perf_counter()
     try:
         for size in sizes:
-            size_started, load_before = time.perf_counter(), load_average()
+            size_started, load_before = time.perf_counter(), os.getloadavg()
             results = []
             for layout in range(layouts):
                 settings = dict(measure, layout=layout, memory=layout == 0)
@@ -160,11 +234,11 @@ def run(
             result.update(
                 seconds=time.perf_counter() - size_started,
                 load_average_before=load_before,
-                load_average_after=load_average(),
+                load_average_after=os.getloadavg(),
             )
             record["sizes"].append(result)
     finally:
         torch.set_num_threads(callers_threads)
     record["seconds"] = time.perf_counter() - started
-    record["load_average_after"] = load_average()
+    record["load_average_after"] = os.getloadavg()
     return record

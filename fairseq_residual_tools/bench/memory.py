@@ -3,7 +3,7 @@
 * ``peak_mb``: parameters + buffers + Adam state (counted from the tensors) plus the peak,
   during the step, of the bytes of live tensors the step allocated: activations, gradients,
   temporaries (on the CPU torch's profiler records every allocation and free; on a GPU the
-  caching allocator's statistics, ``device``). The goal is checked on this figure;
+  caching allocator's statistics). The goal is checked on this figure;
 * ``rss_rise_mb`` (CPU only): the rise of the process's peak resident memory during the step
   (Linux ``VmHWM``, reset through ``/proc/self/clear_refs``): what the kernel sees, glibc's heap
   fragmentation included. It depends on the allocations the process made before, so each
@@ -21,9 +21,7 @@ from typing import Callable, Dict, Iterable, Optional
 import torch
 from torch.profiler import ProfilerActivity, profile
 
-from .data import SyntheticTask, synthetic_batch
-from .device import step_peaks
-from .steps import TrainingStep
+from .steps import SyntheticTask, TrainingStep, synthetic_batch
 from .variants import Size, Variant, build_variant
 
 MB = 2**20
@@ -57,6 +55,16 @@ def step_allocation_peak_bytes(step: Callable[[], object]) -> int:
     # the profiler's raw events: one "[memory]" event per allocation (+) and free (-)
     events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")
     return max(itertools.accumulate((nbytes for _, nbytes in events), initial=0))
+
+
+def cuda_step_peak_bytes(step: Callable[[], object]) -> int:
+    """Peak over ``step`` of the bytes of GPU tensors it allocated and had not yet freed."""
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - before
 
 
 def _status_kb(key: str) -> int:
@@ -93,7 +101,10 @@ def memory_probe(size: Size, variant: Variant, device: str = "cpu") -> Dict[str,
     step = TrainingStep(build_variant(variant, size, task, device=device), sample, task.target_dictionary.pad())
     step()  # Adam state exists from here on
     persistent = step.persistent_bytes()
-    allocated, rss = step_peaks(step, device)
+    if device == "cuda":  # the process's resident memory does not show the GPU's
+        allocated, rss = cuda_step_peak_bytes(step), None
+    else:
+        allocated, rss = step_allocation_peak_bytes(step), step_rss_rise_bytes(step)
     return {
         "persistent_mb": persistent / MB,
         "step_peak_mb": allocated / MB,

@@ -7,8 +7,8 @@ from typing import Dict, List, Optional
 
 from ..markdown import table
 from ..provenance import describe
+from .measure import ratio_summary
 from .steps import BEAM
-from .timing import ratio_summary
 
 #: ResiDual against stock Pre-LN (medians), and the plugin's Post-/Pre-LN against the stock ones:
 #: ResiDual's extra stream may cost at most 3 % of speed and 5 % of peak training memory, and

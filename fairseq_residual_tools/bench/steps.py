@@ -1,11 +1,45 @@
-"""The work that is timed: one training step, and beam search of a fixed length."""
+"""The work that is timed, on synthetic batches: one training step, and beam search of a fixed length."""
+
+from typing import Dict
 
 import torch
 from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
+from fairseq.data import Dictionary
 from fairseq.sequence_generator import SequenceGenerator
+from fairseq.utils import apply_to_sample
 
 LABEL_SMOOTHING = 0.1
 BEAM = 5
+
+
+class SyntheticTask:
+    """The dictionaries fairseq's build_model needs: ``vocab`` real symbols plus the specials."""
+
+    def __init__(self, vocab: int):
+        self.source_dictionary = self.target_dictionary = Dictionary()
+        for i in range(vocab):
+            self.source_dictionary.add_symbol(f"w{i}")
+
+
+def synthetic_batch(task, batch: int, src_len: int, tgt_len: int, seed: int = 0, device: str = "cpu") -> Dict:
+    """A fairseq translation sample of ``batch`` sentences of real (non-special) tokens at fixed lengths,
+    no padding, every source and target ending in EOS; drawn on the CPU (the same tokens on every device)."""
+    d = task.target_dictionary
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(d.nspecial, len(d), (batch, src_len), generator=g)
+    target = torch.randint(d.nspecial, len(d), (batch, tgt_len), generator=g)
+    src[:, -1] = target[:, -1] = d.eos()
+    prev = torch.cat((target.new_full((batch, 1), d.eos()), target[:, :-1]), dim=1)
+    sample = {
+        "net_input": {
+            "src_tokens": src,
+            "src_lengths": torch.full((batch,), src_len, dtype=torch.long),
+            "prev_output_tokens": prev,
+        },
+        "target": target,
+        "ntokens": target.numel(),
+    }
+    return apply_to_sample(lambda t: t.to(device), sample)
 
 
 class TrainingStep:
@@ -50,11 +84,11 @@ class Generation:
     """fairseq's SequenceGenerator over a fixed batch, incremental decoding; ``min_len`` = ``max_len``,
     so every model decodes ``length`` tokens + EOS whatever its (random) weights prefer."""
 
-    def __init__(self, model, task, sample, length: int, beam: int = BEAM):
+    def __init__(self, model, task, sample, length: int):
         self.model = model.eval()
         self.sample = {"net_input": {k: sample["net_input"][k] for k in ("src_tokens", "src_lengths")}}
         self.generator = SequenceGenerator(
-            [model], task.target_dictionary, beam_size=beam, min_len=length, max_len_a=0, max_len_b=length
+            [model], task.target_dictionary, beam_size=BEAM, min_len=length, max_len_a=0, max_len_b=length
         )
 
     def __call__(self):

@@ -15,9 +15,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from fairseq_residual.schemes import SCHEMES
 from fairseq_residual_tools import console
 from fairseq_residual_tools.bench import cli, isolation, measure, memory, report
-from fairseq_residual_tools.bench.data import SyntheticTask, synthetic_batch
-from fairseq_residual_tools.bench.steps import TrainingStep
-from fairseq_residual_tools.bench.timing import interleaved, pool_layouts, ratio_summary, speed_table
+from fairseq_residual_tools.bench.measure import interleaved, pool_layouts, ratio_summary, speed_table
+from fairseq_residual_tools.bench.steps import SyntheticTask, TrainingStep, synthetic_batch
 from fairseq_residual_tools.bench.variants import TINY, Variant, build_variant, variants
 
 
