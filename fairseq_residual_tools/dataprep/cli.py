@@ -6,11 +6,12 @@ import os
 import sys
 import tarfile
 import zlib
+from functools import partial
 from pathlib import Path
 from typing import Callable, List, Optional
 
 from ..errors import DataError, exit_on_user_error
-from .download import Checksums, fetch
+from .download import Archive, Checksums, fetch
 from .formats import atomic_outputs
 
 
@@ -67,9 +68,9 @@ def add_common_options(parser: argparse.ArgumentParser, default_out: Optional[st
     return parser
 
 
-def run_main(prepare: Callable, parser: argparse.ArgumentParser, argv: Optional[List[str]]) -> int:
+def run_main(prepare: Callable, build_parser: Callable, argv: Optional[List[str]] = None) -> int:
     """Parse, log to stdout, prepare, and report a user error as one line ``error: ...`` with exit status 1."""
-    args = parser.parse_args(argv)
+    args = build_parser().parse_args(argv)
     logging.basicConfig(
         level=logging.WARNING if args.quiet else logging.INFO,
         format="%(asctime)s | %(levelname)s | %(name)s | %(message)s",
@@ -89,27 +90,26 @@ def check_languages(args, langs, recipe: str):
 
 
 class ArchiveSource:
-    """Fetch-and-extract of a recipe's archives with the command line's download options."""
+    """A recipe's archives, fetched with the command line's download options and extracted as stages."""
 
-    def __init__(self, args, out: Path):
-        self.download_dir = Path(args.download_dir or out / "downloads")
-        self.base_url = args.base_url
+    def __init__(self, stages):
+        args = stages.args
+        self.stages = stages
+        self.download_dir = Path(args.download_dir or stages.out / "downloads")
         self.checksums = Checksums(args.checksums)
-        self.record = args.record_checksum
-        self.quiet = args.quiet
 
-    def identity(self, name: str) -> dict:
-        """Archive ``name``'s pinned checksum, for the record of the stage that extracts it (pinning one with
-        ``--record-checksum`` changes the record once, so the extraction is redone once)."""
+    def extract(self, stage: str, name: str, members, dest: Path, strip="", **options):
+        """Stage ``stage``: fetch archive ``name`` and extract ``members`` into the folder ``dest``, less the
+        prefix ``strip`` of their paths. ``members`` are paths inside the archive, or a function choosing them
+        from the set of its paths. The stage's record holds the archive's pinned checksum (pinning one with
+        ``--record-checksum`` changes it once, so the extraction is redone once)."""
         archive = self.checksums.archive(name)
-        return {"archive": name, "sha256": archive.sha256 or archive.md5}
+        extract = partial(self._extract, archive, members, dest, strip)
+        self.stages.run(stage, [dest], extract, {"archive": name, "sha256": archive.sha256 or archive.md5, **options})
 
-    def extract(self, name: str, members, dest: Path):
-        """Fetch ``name`` and extract ``members`` into the folder ``dest``: paths inside the archive,
-        or a function choosing them from the set of its paths."""
-        path = fetch(
-            self.checksums.archive(name), self.download_dir, self.checksums, self.base_url, self.record, self.quiet
-        )
+    def _extract(self, archive: Archive, members, dest: Path, strip: str):
+        args = self.stages.args
+        path = fetch(archive, self.download_dir, self.checksums, args.base_url, args.record_checksum, args.quiet)
         try:
             with tarfile.open(path) as tar, atomic_outputs([Path(dest)]) as (tmp,):
                 names = set(tar.getnames())
@@ -121,7 +121,10 @@ class ArchiveSource:
                         f"archive {path} lacks {', '.join(missing)}: not the expected release "
                         f"(it holds {len(names)} entries)"
                     )
-                tar.extractall(tmp, members=[tar.getmember(m) for m in members], filter="data")
+                chosen = [tar.getmember(m) for m in members]
+                for member in chosen:
+                    member.name = member.name.removeprefix(strip)
+                tar.extractall(tmp, members=chosen, filter="data")
         except DataError:
             raise
         except (tarfile.TarError, EOFError, zlib.error, OSError) as e:

@@ -20,7 +20,6 @@ from ..errors import DataError
 from . import pipeline
 from .cli import add_common_options, recipe_parser, run_main
 from .moses import TextSteps, clean_corpus, process_file
-from .translation import translation_record
 
 LANG_CODE = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
 
@@ -67,7 +66,7 @@ def prepare(args) -> pipeline.Stages:
         learn = partial(pipeline.learn_joint_bpe, train_text, codes, args.bpe_merges, force=True, workers=w)
         stages.run("learn-bpe", [codes], learn, options=stages.options("bpe_merges", train_text=str(tok["train"])))
         encode = partial(pipeline.apply_bpe, codes, force=True, workers=w)
-        subword_files = {"bpe_codes": codes}
+        bpe, model = "subword_nmt", codes
     else:
         sample = tmp / "spm.input.txt"
         concat = partial(pipeline.concatenate, train_text, sample)
@@ -75,7 +74,7 @@ def prepare(args) -> pipeline.Stages:
         spm = partial(pipeline.train_sentencepiece, sample, text / "spm", args.spm_vocab, workers=w)
         stages.run("spm-train", [text / "spm.model", text / "spm.vocab"], spm, options=stages.options("spm_vocab"))
         encode = partial(pipeline.apply_sentencepiece, text / "spm.model", workers=w, quiet=quiet)
-        subword_files = {"sentencepiece_model": text / "spm.model"}
+        bpe, model = "sentencepiece", text / "spm.model"
     for split in prefixes:
         for lang in langs:
             inp, dst = Path(f"{tok[split]}.{lang}"), text / f"{split}.{lang}"
@@ -91,7 +90,7 @@ def prepare(args) -> pipeline.Stages:
         subword=args.subword,
         tokenize=tokenize,
         inputs=prefixes,
-        translation=translation_record(stages.out, src, tgt, steps[src], **subword_files),
+        translation=stages.translation(steps[src], bpe, model),
     )
     return stages
 
@@ -115,9 +114,7 @@ def build_parser():
     return add_common_options(parser, None)
 
 
-def main(argv=None) -> int:
-    return run_main(prepare, build_parser(), argv)
-
+main = partial(run_main, prepare, build_parser)
 
 if __name__ == "__main__":
     raise SystemExit(main())

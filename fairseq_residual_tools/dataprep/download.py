@@ -27,8 +27,7 @@ from typing import Optional
 from urllib.parse import unquote, urlparse
 
 from ..errors import DataError
-from .formats import atomic_outputs
-from .progress import progress_bar
+from .formats import atomic_outputs, progress_bar
 
 logger = logging.getLogger(__name__)
 

@@ -1,20 +1,6 @@
 """IWSLT-14 German-English, as fairseq's ``examples/translation/prepare-iwslt14.sh``.
 
-1. ``de-en.tgz`` (the TED release): ``de-en/train.tags.de-en.{de,en}`` and the
-   XML dev/test sets ``IWSLT14.TED{,X}.*.de-en.{de,en}.xml``.
-2. Training text: drop the ``<url>``, ``<talkid>``, ``<keywords>`` lines, strip
-   the ``<title>``/``<description>`` tags (their text stays), Moses-tokenise.
-3. ``clean-corpus-n`` on the tokenised training pairs: 1-175 tokens, ratio 1.5;
-   then lowercase.
-4. valid = every 23rd line of the cleaned training text, train = the rest.
-5. test = the ``<seg>`` contents of TED.dev2010 + TEDX.dev2012 + TED.tst2010 +
-   TED.tst2011 + TED.tst2012 (``’`` -> ``'``, tokenised, lowercased).
-6. Joint BPE, 10,000 merges learned on train (both sides), applied everywhere.
-7. ``fairseq-preprocess --joined-dictionary`` (the paper shares all embeddings).
-
-The real release gives 160,239 / 7,283 / 6,750 pairs (train / valid / test).
-One data-bin serves both directions: fairseq's translation task reads the
-``de-en`` files for ``--source-lang en --target-lang de`` as well.
+The steps, and the sizes the real release gives: data-prep/README.md.
 """
 
 from functools import partial
@@ -24,7 +10,6 @@ from . import pipeline
 from .cli import ArchiveSource, add_common_options, check_languages, recipe_parser, run_main
 from .formats import aligned_seg_lines, iwslt_train_lines, write_lines
 from .moses import TextSteps, clean_corpus, process_file, process_lines
-from .translation import translation_record
 
 ARCHIVE = "de-en.tgz"
 LANGS = ("de", "en")
@@ -48,11 +33,10 @@ def prepare(args) -> pipeline.Stages:
     check_languages(args, LANGS, "IWSLT-14 here is German-English")
     stages = pipeline.RecipeStages("iwslt14", args, args.out or f"data-bin/iwslt14.{args.src}-{args.tgt}")
     orig, tmp, text = stages.orig, stages.tmp, stages.text
-    source = ArchiveSource(args, stages.out)
     w, quiet = args.workers, args.quiet
     raw = orig / PAIR
 
-    stages.run("extract", [raw], partial(source.extract, ARCHIVE, MEMBERS, orig), options=source.identity(ARCHIVE))
+    ArchiveSource(stages).extract("extract", ARCHIVE, MEMBERS, orig)
     for l in LANGS:
         stripped, tok = tmp / f"train.tags.{PAIR}.raw.{l}", tmp / f"train.tags.{PAIR}.tok.{l}"
         stages.run(
@@ -105,7 +89,7 @@ def prepare(args) -> pipeline.Stages:
         lambda: {s: pipeline.same_length([text / f"{s}.{l}" for l in LANGS]) for s in SPLITS},
         expected_pairs_real_release=EXPECTED_PAIRS,
         bpe_merges=args.bpe_merges,
-        translation=translation_record(stages.out, args.src, args.tgt, test_steps[args.src], bpe_codes=codes),
+        translation=stages.translation(test_steps[args.src], "subword_nmt", codes),
     )
     return stages
 
@@ -118,9 +102,7 @@ def build_parser():
     return add_common_options(parser, "data-bin/iwslt14.SRC-TGT", "IWSLT14_BASE_URL")
 
 
-def main(argv=None) -> int:
-    return run_main(prepare, build_parser(), argv)
-
+main = partial(run_main, prepare, build_parser)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -22,8 +22,7 @@ from pathlib import Path
 from typing import List
 
 from ..errors import DataError
-from .formats import atomic_outputs, utf8_chunks, utf8_lines
-from .progress import progress_bar
+from .formats import atomic_outputs, progress_bar, utf8_chunks, utf8_lines
 
 
 def remove_non_printing(line: str) -> str:

@@ -1,31 +1,13 @@
 """OPUS-100 v1.0 (English-centric, 99 pairs with English), for fairseq's
 ``translation_multi_simple_epoch`` task.
 
-1. One archive per pair, ``opus-100-corpus-<pair>-v1.0.tar.gz`` (pair = the two
-   codes in alphabetical order, e.g. ``de-en``, ``en-fr``), holding
-   ``opus-100-corpus/v1.0/supervised/<pair>/opus.<pair>-{train,dev,test}.<lang>``.
-   Five pairs (an, dz, hy, mn, yo with English) have no dev/test in the release.
-2. A joint SentencePiece model (default 64,000 pieces, as the OPUS-100 paper)
-   trained on a sample of the training text of all selected pairs; each pair's
-   share is proportional to n^(1/T) (T = 5, the paper's sampling temperature),
-   so small languages are not drowned out.
-3. Every split encoded into pieces (``text/{train,valid,test}.<pair>.<lang>``; the
-   release's ``dev`` is fairseq's ``valid``), no Moses tokenisation.
-4. ``fairseq-preprocess`` per pair into one ``bin/`` with the shared dictionary
-   (``dict.<lang>.txt`` for every language), plus ``bin/langs.txt`` and
-   ``bin/lang_pairs.txt`` (both directions of every pair that has a dev set) for
-   ``--langs`` and ``--lang-pairs``; fairseq reads a ``de-en`` pair for ``en-de``
-   as well. fairseq 0.12 validates on every pair of ``--lang-pairs`` and stops
-   when one has no valid split, so the directions of the five train-only pairs
-   are listed apart, in ``bin/train_only_lang_pairs.txt``.
+The steps, and the release's sizes and gaps: data-prep/README.md.
 """
 
 import json
 import math
-import os
 import random
 import re
-import shutil
 from functools import partial
 from pathlib import Path
 
@@ -36,6 +18,7 @@ from .download import Checksums
 from .formats import atomic_outputs, utf8_lines, write_json
 
 SPLITS = {"train": "train", "dev": "valid", "test": "test"}  # release name -> fairseq name
+RELEASE_FOLDER = "opus-100-corpus/v1.0/supervised"  # in each archive, holding <pair>/opus.<pair>-<split>.<lang>
 
 
 def pair_of(lang: str) -> str:
@@ -44,6 +27,13 @@ def pair_of(lang: str) -> str:
 
 def archive_name(pair: str) -> str:
     return f"opus-100-corpus-{pair}-v1.0.tar.gz"
+
+
+def pair_files(pair: str, names) -> list:
+    """The files of ``pair`` among an archive's ``names``: both sides of train (required: one missing is
+    reported) and of dev and test where present (five pairs have none)."""
+    wanted = [f"{RELEASE_FOLDER}/{pair}/opus.{pair}-{s}.{l}" for s in SPLITS for l in pair.split("-")]
+    return [m for m in wanted if m in names or "-train." in m]
 
 
 PAIR_ARCHIVE = re.compile(r"opus-100-corpus-([^-]+)-([^-]+)-v1\.0\.tar\.gz")  # not the zeroshot archive
@@ -90,34 +80,14 @@ def sample_for_spm(pairs, orig: Path, out: Path, total: int, temperature: float,
 def prepare(args) -> pipeline.Stages:
     stages = pipeline.RecipeStages("opus100", args, args.out or "data-bin/opus100")
     orig, tmp, text, databin = stages.orig, stages.tmp, stages.text, stages.databin
-    source = ArchiveSource(args, stages.out)
+    source = ArchiveSource(stages)
     langs = parse_langs(args.langs, source.checksums)
     pairs = [pair_of(l) for l in langs]
     w = args.workers
 
-    def extract(pair):
-        inner = f"opus-100-corpus/v1.0/supervised/{pair}"
-
-        def members(names):
-            wanted = [f"{inner}/opus.{pair}-{s}.{l}" for s in SPLITS for l in pair.split("-")]
-            present = [m for m in wanted if m in names]
-            if f"{inner}/opus.{pair}-train.{pair.split('-')[0]}" not in present:
-                raise DataError(
-                    f"archive {source.download_dir / archive_name(pair)} has no {inner}/opus.{pair}-train.*: "
-                    "not an OPUS-100 v1.0 pair archive"
-                )
-            return present
-
-        source.extract(archive_name(pair), members, tmp / f"extract.{pair}")
-        if (orig / pair).exists():
-            shutil.rmtree(orig / pair)
-        os.replace(tmp / f"extract.{pair}" / inner, orig / pair)
-        shutil.rmtree(tmp / f"extract.{pair}")
-
     for pair in pairs:
-        stages.run(
-            f"extract.{pair}", [orig / pair], partial(extract, pair), options=source.identity(archive_name(pair))
-        )
+        members = partial(pair_files, pair)
+        source.extract(f"extract.{pair}", archive_name(pair), members, orig / pair, strip=f"{RELEASE_FOLDER}/{pair}/")
 
     def splits_of(pair):
         return [s for s in SPLITS if (orig / pair / f"opus.{pair}-{s}.en").exists()]
@@ -158,6 +128,7 @@ def prepare(args) -> pipeline.Stages:
     all_langs = sorted(set(langs) | {"en"})
     with_valid = [l for l in langs if "dev" in splits_of(pair_of(l))]
     directions = [d for l in with_valid for d in (f"en-{l}", f"{l}-en")]
+    # fairseq 0.12 validates on every pair of --lang-pairs and stops at one without a valid split
     train_only = [d for l in langs if l not in with_valid for d in (f"en-{l}", f"{l}-en")]
 
     def binarise():
@@ -203,9 +174,7 @@ def build_parser():
     return add_common_options(parser, "data-bin/opus100", "OPUS100_BASE_URL")
 
 
-def main(argv=None) -> int:
-    return run_main(prepare, build_parser(), argv)
-
+main = partial(run_main, prepare, build_parser)
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -7,15 +7,15 @@ Every step writes its outputs under temporary names and renames them when comple
 import json
 import logging
 import os
+import shlex
 import shutil
 from functools import partial
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 from ..errors import DataError
-from .formats import atomic_outputs, utf8_chunks, write_json
+from .formats import atomic_outputs, progress_bar, utf8_chunks, write_json
 from .moses import TextSteps, process_file
-from .progress import progress_bar
 
 logger = logging.getLogger(__name__)
 
@@ -129,6 +129,36 @@ class RecipeStages(Stages):
 
         self.run("summary", [self.out / "summary.json", *records], write, options=vars(self.args))
 
+    def translation(self, steps: TextSteps, bpe: str, model: Path) -> dict:
+        """``summary.json``'s ``translation`` record: what raw source text goes through before the model sees it
+        (``steps``, then fairseq's ``--bpe`` ``subword_nmt`` or ``sentencepiece`` with the file ``model``).
+
+        The plugin's ``fairseq_residual.hub.load_translator`` reads it (the plugin does not import these tools);
+        ``fairseq_interactive_flags`` are the same steps for ``fairseq-interactive``. Paths are relative to the
+        output folder, except in the flags.
+        """
+        model_key = {"subword_nmt": "bpe_codes", "sentencepiece": "sentencepiece_model"}[bpe]
+        moses = steps.tokenize
+        flags = ["--source-lang", self.args.src, "--target-lang", self.args.tgt]
+        if moses:
+            # fairseq's moses tokenizer splits dashes unless told not to; tokenizer.perl only with -a
+            flags += ["--tokenizer", "moses"] + ([] if steps.aggressive_dash_splits else ["--moses-no-dash-splits"])
+        flags += ["--bpe", bpe, "--" + model_key.replace("_", "-"), str(Path(model).resolve())]
+        return {
+            "source_lang": self.args.src,
+            "target_lang": self.args.tgt,
+            "data_bin": "bin",
+            "lowercase": steps.lowercase,
+            "normalize_punctuation": steps.normalize_punctuation,
+            "remove_non_printing": steps.remove_non_printing,
+            "tokenizer": "moses" if moses else None,
+            "moses_aggressive_dash_splits": steps.aggressive_dash_splits if moses else None,
+            "bpe": bpe,
+            model_key: str(Path(model).relative_to(self.out)),
+            # fairseq-interactive lowercases nothing: with "lowercase", lowercase the input first
+            "fairseq_interactive_flags": shlex.join(flags),
+        }
+
 
 def concatenate(inputs: Sequence[Path], out: Path):
     """``cat inputs > out``, atomically."""
@@ -147,26 +177,21 @@ def same_length(paths: Sequence[Path]) -> int:
     """The line count the files ``paths`` share."""
     counts = {str(p): count_lines(p) for p in paths}
     if len(set(counts.values())) != 1:
-        raise DataError("line counts differ: " + ", ".join(f"{p} has {n}" for p, n in counts.items()))
+        listed = ", ".join(f"{p} has {n} lines" for p, n in counts.items())
+        raise DataError(f"line counts differ: {listed}; the sides must be aligned line by line")
     return next(iter(counts.values()))
 
 
 def check_parallel(prefix: str, src: str, tgt: str) -> int:
     """Both sides exist, are non-empty and have the same number of lines."""
-    counts = {}
-    for lang in (src, tgt):
-        path = Path(f"{prefix}.{lang}")
+    paths = [Path(f"{prefix}.{lang}") for lang in (src, tgt)]
+    for path in paths:
         if not path.is_file():
             raise DataError(f"missing file {path}: expected parallel text {prefix}.{{{src},{tgt}}}")
-        counts[lang] = count_lines(path)
-        if counts[lang] == 0:
-            raise DataError(f"empty corpus: {path} has no lines")
-    if counts[src] != counts[tgt]:
-        raise DataError(
-            f"line counts differ: {prefix}.{src} has {counts[src]} lines, "
-            f"{prefix}.{tgt} has {counts[tgt]}; the two sides must be aligned line by line"
-        )
-    return counts[src]
+    pairs = same_length(paths)
+    if pairs == 0:
+        raise DataError(f"empty corpus: {paths[0]} has no lines")
+    return pairs
 
 
 def split_every(inp: Path, every: int, kept: Path, taken: Path):
@@ -216,12 +241,7 @@ def apply_bpe(codes: Path, inp: Path, out: Path, force=False, workers=1):
     with open(codes, encoding="utf-8") as c:
         bpe = BPE(c)
     with atomic_outputs([out]) as (tmp,), open(tmp, "w", encoding="utf-8") as g:
-        if workers > 1:
-            bpe.process_lines(str(inp), g, num_workers=workers)
-        else:
-            with open(inp, encoding="utf-8") as f:
-                for line in f:
-                    g.write(bpe.process_line(line))
+        bpe.process_lines(str(inp), g, num_workers=workers)
 
 
 def train_sentencepiece(

@@ -1,23 +1,7 @@
 """WMT'14 English-German, as fairseq's ``examples/translation/prepare-wmt14en2de.sh``.
 
-1. Training corpora: Europarl v7 (``training-parallel-europarl-v7.tgz``),
-   Common Crawl (``training-parallel-commoncrawl.tgz``) and News Commentary v12
-   (``training-parallel-nc-v12.tgz``, fairseq's default; ``--news-commentary v9``
-   gives the ICML'17 ConvS2S variant, fairseq's ``--icml17``).
-2. Each side: ``normalize-punctuation.perl -l`` -> ``remove-non-printing-char.perl``
-   -> ``tokenizer.perl -a -l`` (aggressive hyphen splitting).
-3. Test sets: the ``<seg>`` lines of the SGML files (``’`` -> ``'``), tokenised
-   with ``-a``: newstest2014 from ``test-full.tgz`` is ``test``; newstest2010-2016
-   from WMT17's ``dev.tgz`` are extra test splits (the paper's WMT figures average
-   several test sets, Takase et al.'s protocol).
-4. Validation: newstest2013 (``--valid newstest2013``, the default, as the issue
-   and most WMT'14 papers do). fairseq's script instead holds out every 100th
-   training line (``--valid every-100th``) and never reads newstest2013.
-5. Joint BPE, 40,000 merges learned on the training text, applied everywhere;
-   ``clean-corpus-n`` on the BPE'd training pairs (1-250 tokens, ratio 1.5; also
-   on valid with ``every-100th``, as fairseq does).
-6. ``fairseq-preprocess --joined-dictionary``; test splits are ``test`` (newstest2014),
-   ``test1`` ... (see ``bin/test_splits.json``).
+The steps, the choice of validation set (``--valid``) and the sizes of the real release's
+test sets: data-prep/README.md.
 """
 
 from functools import partial
@@ -28,7 +12,6 @@ from . import pipeline
 from .cli import ArchiveSource, add_common_options, check_languages, recipe_parser, run_main
 from .formats import aligned_seg_lines, write_lines
 from .moses import TextSteps, clean_corpus, process_file, process_lines
-from .translation import translation_record
 
 LANGS = ("en", "de")
 CORPORA = {  # name -> (archive, path prefix inside it)
@@ -60,14 +43,13 @@ def prepare(args) -> pipeline.Stages:
     check_languages(args, LANGS, "WMT'14 here is English-German")
     stages = pipeline.RecipeStages("wmt14", args, args.out or f"data-bin/wmt14.{args.src}-{args.tgt}")
     orig, tmp, text = stages.orig, stages.tmp, stages.text
-    source = ArchiveSource(args, stages.out)
+    source = ArchiveSource(stages)
     w, quiet = args.workers, args.quiet
     corpora = ["europarl-v7", "commoncrawl", f"news-commentary-{args.news_commentary}"]
 
     for name in corpora:
         archive, inner = CORPORA[name]
-        extract = partial(source.extract, archive, [f"{inner}.{l}" for l in ("de", "en")], orig / name)
-        stages.run(f"extract.{name}", [orig / name], extract, options=source.identity(archive))
+        source.extract(f"extract.{name}", archive, [f"{inner}.{l}" for l in LANGS], orig / name)
 
     # the test sets' SGML files: newstest2014 from test-full.tgz, the other years from dev.tgz
     test_sets = {"newstest2014": ("test-full", 2014), **{f"newstest{y}": ("dev", y) for y in EXTRA_TEST_YEARS}}
@@ -78,13 +60,8 @@ def prepare(args) -> pipeline.Stages:
             find_sgm(names, f"{folder}/", y, l, args.src) for f, y in test_sets.values() if f == folder for l in LANGS
         ]
 
-    def sgm_path(folder, year, l):
-        names = {str(p.relative_to(orig / folder)) for p in (orig / folder).rglob("*.sgm")}
-        return orig / folder / find_sgm(names, f"{folder}/", year, l, args.src)
-
     for stage, folder, archive in (("extract.dev", "dev", DEV_ARCHIVE), ("extract.test", "test-full", TEST_ARCHIVE)):
-        extract = partial(source.extract, archive, partial(sgm_files, folder), orig / folder)
-        stages.run(stage, [orig / folder], extract, options={**source.identity(archive), "src": args.src})
+        source.extract(stage, archive, partial(sgm_files, folder), orig / folder, src=args.src)
 
     # training text: normalise, remove non-printing characters, tokenise -a (per corpus and side)
     steps = {
@@ -105,7 +82,8 @@ def prepare(args) -> pipeline.Stages:
     stages.run("concatenate", [tmp / f"train.tags.tok.{l}" for l in LANGS], concat, options={"corpora": corpora})
 
     def tokenize_set(name, folder, year):
-        segs = aligned_seg_lines({l: sgm_path(folder, year, l) for l in LANGS})
+        # the only file of the year and language: the one sgm_files chose
+        segs = aligned_seg_lines({l: next((orig / folder).rglob(f"newstest{year}-*.{l}.sgm")) for l in LANGS})
         for l in LANGS:
             write_lines(tmp / f"{name}.{l}", process_lines(TextSteps(lang=l, aggressive_dash_splits=True), segs[l]))
 
@@ -154,7 +132,7 @@ def prepare(args) -> pipeline.Stages:
         bpe_merges=args.bpe_merges,
         news_commentary=args.news_commentary,
         test_splits=split_names,
-        translation=translation_record(stages.out, args.src, args.tgt, steps[args.src], bpe_codes=codes),
+        translation=stages.translation(steps[args.src], "subword_nmt", codes),
         expected_newstest_pairs_real_release={f"newstest{y}": n for y, n in NEWSTEST_SIZES.items()},
     )
     return stages
@@ -180,9 +158,7 @@ def build_parser():
     return add_common_options(parser, "data-bin/wmt14.SRC-TGT", "WMT14_BASE_URL")
 
 
-def main(argv=None) -> int:
-    return run_main(prepare, build_parser(), argv)
-
+main = partial(run_main, prepare, build_parser)
 
 if __name__ == "__main__":
     raise SystemExit(main())
