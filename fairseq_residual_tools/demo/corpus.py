@@ -15,9 +15,10 @@ lexicon:
 ``generate_corpus(seed)`` always returns the same sentences for the same seed.
 """
 
-import os
 import random
 from dataclasses import dataclass
+from itertools import islice
+from pathlib import Path
 from typing import Dict, List, Tuple
 
 SOURCE_SYLLABLES = (
@@ -40,26 +41,21 @@ class Lexicon:
 
 
 def _words(rng: random.Random, syllables: List[str], count: int, lengths=(2, 3, 4)) -> List[str]:
-    seen, out = set(), []
-    while len(out) < count:
-        word = "".join(rng.choice(syllables) for _ in range(rng.choice(lengths)))
-        if word not in seen:
-            seen.add(word)
-            out.append(word)
-    return out
+    words = {}  # distinct words in the order drawn
+    while len(words) < count:
+        words["".join(rng.choice(syllables) for _ in range(rng.choice(lengths)))] = None
+    return list(words)
 
 
 def build_lexicon(seed: int, nouns=700, adjectives=180, verbs=260, adverbs=40) -> Lexicon:
     rng = random.Random(seed)
     src = _words(rng, SOURCE_SYLLABLES, nouns + adjectives + verbs + adverbs)
-    tgt = _words(rng, TARGET_SYLLABLES, nouns + adjectives + verbs + adverbs)
-    cuts = [nouns, nouns + adjectives, nouns + adjectives + verbs]
-    noun_pairs = zip(src[: cuts[0]], tgt[: cuts[0]])
+    pairs = iter(zip(src, _words(rng, TARGET_SYLLABLES, len(src))))
     return Lexicon(
-        nouns={s: (t, rng.randrange(2)) for s, t in noun_pairs},
-        adjectives=dict(zip(src[cuts[0] : cuts[1]], tgt[cuts[0] : cuts[1]])),
-        verbs=dict(zip(src[cuts[1] : cuts[2]], tgt[cuts[1] : cuts[2]])),
-        adverbs=dict(zip(src[cuts[2] :], tgt[cuts[2] :])),
+        nouns={s: (t, rng.randrange(2)) for s, t in islice(pairs, nouns)},
+        adjectives=dict(islice(pairs, adjectives)),
+        verbs=dict(islice(pairs, verbs)),
+        adverbs=dict(pairs),
         prepositions={"with": "mit", "near": "bei", "under": "unt", "behind": "hint"},
     )
 
@@ -116,14 +112,11 @@ def generate_corpus(seed: int = 1, train=6000, valid=300, test=300, **vocabulary
     ``vocabulary`` sets the lexicon's size (``nouns``, ``adjectives``, ``verbs``,
     ``adverbs``; see ``build_lexicon``): the fewer words, the more often a model sees each.
     """
-    rng = random.Random(seed)
-    lex = build_lexicon(seed, **vocabulary)
-    seen, pairs = set(), []
+    rng, lex = random.Random(seed), build_lexicon(seed, **vocabulary)
+    pairs = {}  # source -> target: distinct sources in the order drawn
     while len(pairs) < train + valid + test:
-        pair = _pair(rng, lex)
-        if pair[0] not in seen:
-            seen.add(pair[0])
-            pairs.append(pair)
+        pairs.setdefault(*_pair(rng, lex))
+    pairs = list(pairs.items())
     return {"train": pairs[:train], "valid": pairs[train : train + valid], "test": pairs[train + valid :]}
 
 
@@ -131,12 +124,11 @@ def write_corpus(out_dir, seed: int = 1, src="src", tgt="tgt", **sizes):
     """Write ``{split}.{src}`` / ``{split}.{tgt}`` raw text files; return the prefixes.
 
     ``sizes``: the split sizes and vocabulary of ``generate_corpus``."""
-    os.makedirs(out_dir, exist_ok=True)
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
     prefixes = {}
     for split, pairs in generate_corpus(seed, **sizes).items():
-        prefix = os.path.join(out_dir, split)
+        prefixes[split] = str(out_dir / split)
         for side, lang in ((0, src), (1, tgt)):
-            with open(f"{prefix}.{lang}", "w", encoding="utf-8") as f:
-                f.writelines(p[side] + "\n" for p in pairs)
-        prefixes[split] = prefix
+            Path(f"{prefixes[split]}.{lang}").write_text("".join(p[side] + "\n" for p in pairs), encoding="utf-8")
     return prefixes

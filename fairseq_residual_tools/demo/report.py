@@ -5,6 +5,7 @@ states what happened at each depth, also when it is not what the paper reports.
 """
 
 import json
+from itertools import groupby
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -15,14 +16,18 @@ from ..training_log import RULE
 NAMES = {"post": "Post-LN", "pre": "Pre-LN", "residual": "ResiDual"}
 
 
-def name(scheme: str) -> str:
-    return NAMES.get(scheme, scheme)
+def name(row: Dict) -> str:
+    return NAMES.get(row["scheme"], row["scheme"])
 
 
 def depth_label(layers: int, depth: Optional[Dict] = None) -> str:
     """``E12D12``, and ``E12D12 without warmup`` for a setting that starts at its peak lr."""
     no_warmup = depth is not None and depth.get("warmup_init_lr") == depth["lr"]
     return f"E{layers}D{layers}" + (" without warmup" if no_warmup else "")
+
+
+def row_depth(row: Dict) -> str:
+    return depth_label(row["layers"], row.get("depth"))
 
 
 def describe_depth(d: Dict) -> str:
@@ -43,7 +48,7 @@ def results_table(rows: List[Dict]) -> str:
     def cells(r: Dict) -> List[str]:
         valid_loss = "n/a" if r["final_valid_loss"] is None else f"{r['final_valid_loss']:.2f}"
         verdict = f"**fails**: {r['fails']}" if r["fails"] else "trained"
-        return [depth_label(r["layers"], r.get("depth")), name(r["scheme"]), f"{r['bleu']:.1f}", valid_loss, verdict]
+        return [row_depth(r), name(r), f"{r['bleu']:.1f}", valid_loss, verdict]
 
     return table(["depth", "scheme", "test BLEU", "final valid loss", "fails rule"], map(cells, rows))
 
@@ -55,54 +60,47 @@ def _list(items: List[str]) -> str:
 def reading(rows: List[Dict]) -> str:
     """One sentence from the measured verdicts and BLEU scores, depth by depth."""
     parts = []
-    depths = list(dict.fromkeys(r["layers"] for r in rows))
-    for layers in depths:
-        at = [r for r in rows if r["layers"] == layers]
-        label = depth_label(layers, at[0].get("depth"))
-        trained = [r for r in at if not r["fails"]]
-        failed = [r for r in at if r["fails"]]
-        scores = _list([f"{name(r['scheme'])} {r['bleu']:.1f}" for r in trained])
-        if not failed:
-            parts.append(f"at {label} every scheme trained (test BLEU {scores})")
-        elif not trained:
+    for label, at in groupby(rows, key=row_depth):
+        trained, failed = [], []
+        for r in at:
+            (failed if r["fails"] else trained).append(r)
+        if not trained:
             parts.append(f"at {label} every scheme failed by the rule")
+            continue
+        scores = _list([f"{name(r)} {r['bleu']:.1f}" for r in trained])
+        if failed:
+            failing, training = _list(list(map(name, failed))), _list(list(map(name, trained)))
+            parts.append(f"at {label} {failing} failed by the rule while {training} trained (test BLEU {scores})")
         else:
-            parts.append(
-                f"at {label} {_list([name(r['scheme']) for r in failed])} failed by the rule while "
-                f"{_list([name(r['scheme']) for r in trained])} trained (test BLEU {scores})"
-            )
-    deep = [r for r in rows if r["layers"] == max(depths)]
-    verdict = {r["scheme"]: bool(r["fails"]) for r in deep}
-    if "post" in verdict and "residual" in verdict and not (verdict["post"] and not verdict["residual"]):
+            parts.append(f"at {label} every scheme trained (test BLEU {scores})")
+    deepest = max(r["layers"] for r in rows)
+    fails = {r["scheme"]: bool(r["fails"]) for r in rows if r["layers"] == deepest}
+    if {"post", "residual"} <= fails.keys() and (fails["residual"] or not fails["post"]):
         parts[-1] += ", so this run does not show Post-LN failing where ResiDual trains"
     return "Measured: " + "; ".join(parts) + "."
 
 
 def samples(rows: List[Dict], sources: List[str], references: List[str], count: int) -> str:
     """The first ``count`` test sentences: source, reference and every model's output."""
-    blocks = []
-    for i in range(min(count, len(sources))):
-        lines = [f"{i + 1}. source: {sources[i]}", f"   - reference: {references[i]}"]
-        lines += [
-            f"   - {name(r['scheme'])} {depth_label(r['layers'], r.get('depth'))}: {r['samples'][i]}" for r in rows
-        ]
-        blocks.append("\n".join(lines))
-    return "\n".join(blocks)
+    lines = []
+    for i, (source, reference) in enumerate(zip(sources[:count], references)):
+        lines += [f"{i + 1}. source: {source}", f"   - reference: {reference}"]
+        lines += [f"   - {name(r)} {row_depth(r)}: {r['samples'][i]}" for r in rows]
+    return "\n".join(lines)
 
 
 def plot_curves(rows: List[Dict], path: Path):
     """Training loss per update, one panel per depth, one line per scheme (failed runs marked)."""
     from ..analysis.plotting import plt, save, scheme_colors
 
-    depths = list(dict.fromkeys(r["layers"] for r in rows))
+    depths = [(label, list(at)) for label, at in groupby(rows, key=row_depth)]
     colors = scheme_colors(list(dict.fromkeys(r["scheme"] for r in rows)))
     fig, axes = plt.subplots(1, len(depths), figsize=(5 * len(depths), 3.8), squeeze=False)
-    for ax, layers in zip(axes[0], depths):
-        for r in rows:
-            if r["layers"] == layers and r["train_curve"]:
-                label = name(r["scheme"]) + (" (fails)" if r["fails"] else "")
+    for ax, (title, at) in zip(axes[0], depths):
+        for r in at:
+            if r["train_curve"]:
+                label = name(r) + (" (fails)" if r["fails"] else "")
                 ax.plot(*zip(*r["train_curve"]), color=colors[r["scheme"]], label=label)
-        title = depth_label(layers, next(r.get("depth") for r in rows if r["layers"] == layers))
         ax.set(title=title, xlabel="updates", ylabel="training loss (label-smoothed CE, base 2)")
         ax.grid(alpha=0.3)
         ax.legend()

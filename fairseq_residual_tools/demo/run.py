@@ -1,37 +1,111 @@
 """``make demo``: Post-LN, Pre-LN and ResiDual on the embedded synthetic corpus, on CPU.
 
-Settings: ``configs/demo.yaml`` (``--set KEY=VALUE`` overrides one). The corpus is prepared
-with the real pipeline (Moses tokens, joint BPE, fairseq-preprocess); for every depth setting
-and scheme ``fairseq-train`` trains one model, ``fairseq-generate`` translates the test set and
-sacrebleu scores the detokenised output. ``results/demo/`` gets the table (BLEU, final
-validation loss, the "fails" verdict), sample translations, training curves and a sentence
-reading the measured numbers.
+Settings: ``configs/demo.yaml`` (``--set KEY=VALUE`` overrides one). For every depth setting and
+scheme ``fairseq-train`` trains one model and sacrebleu scores its test-set translations;
+``results/demo/`` gets the table, sample translations, training curves and a reading.
 
-The trainings run side by side, ``jobs`` at a time with one torch thread each (one thread
-per process beats two oversubscribed ones whenever the cores are shared), the most expensive
-first so that the last to finish is a cheap one; each prints a progress line every tenth of
-its updates. A finished training leaves ``result.json`` and is reused; an interrupted one
-resumes from its ``checkpoint_last.pt`` when the demo runs again.
+The trainings run ``jobs`` at a time with one torch thread each (one thread per process beats two
+oversubscribed ones whenever the cores are shared), the most expensive first so that the last to
+finish is a cheap one. A run's folder name carries a hash of the settings it depends on: a finished
+training (``result.json``) is reused, an interrupted one resumes from its ``checkpoint_last.pt``, a
+changed setting trains anew.
 """
 
 import argparse
+import hashlib
 import json
 import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Dict
+from typing import Dict, List
+
+import yaml
 
 from ..commands import run_training, score_test_set, train_command
+from ..errors import ConfigError, exit_on_user_error
 from ..provenance import provenance
-from ..training_log import outcome
+from ..training_log import json_record, outcome
 from .prepare import SRC, TGT, prepare_demo_data
-from .progress import TrainingProgress
 from .report import depth_label, write_report
-from .settings import DEFAULT_CONFIG, data_key, load_settings, run_name
 
 ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CONFIG = ROOT / "configs" / "demo.yaml"
+DEPTH_KEYS = {"layers", "dim", "lr", "warmup", "max_tokens", "max_update", "validate_every"}
+
+
+def load_settings(path=DEFAULT_CONFIG, overrides: List[str] = ()) -> Dict:
+    """The YAML file as a dict, each ``a.b=value`` override applied (value parsed as YAML).
+
+    A number picks a list item: ``depths.1.max_update=200`` is the second depth's budget.
+    """
+    settings = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {item!r} is not KEY=VALUE; write e.g. --set corpus.train=300")
+        *sections, last = [int(part) if part.isdigit() else part for part in key.split(".")]
+        node = settings
+        try:
+            for part in sections:
+                node = node[part]
+            node[last]  # an existing setting, in a section (not in a string)
+        except (KeyError, IndexError, TypeError):
+            node = None
+        if not isinstance(node, (dict, list)):
+            raise ConfigError(f"--set {key}: no such setting in {path}; see the file for the keys")
+        node[last] = yaml.safe_load(value)
+    for depth in settings["depths"]:
+        # a depth may also set warmup_init_lr (= lr: no warmup, as in the paper's warmup ablation)
+        if not DEPTH_KEYS <= set(depth) <= DEPTH_KEYS | {"warmup_init_lr"}:
+            raise ConfigError(
+                f"{path}: a depth setting has the keys {', '.join(sorted(depth))}; "
+                f"it needs {', '.join(sorted(DEPTH_KEYS))} and may set warmup_init_lr"
+            )
+    return settings
+
+
+def digest(*parts) -> str:
+    """A short stable hash of JSON-serialisable settings."""
+    return hashlib.sha1(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:8]
+
+
+def data_key(settings: Dict) -> str:
+    return digest(settings["seed"], settings["corpus"])
+
+
+def run_name(settings: Dict, scheme: str, depth: Dict) -> str:
+    """``post-e12d12-<hash>``: the folder of one training, named by everything it depends on."""
+    key = digest(settings["seed"], settings["corpus"], depth, settings["log_points"], scheme)
+    return f"{scheme}-e{depth['layers']}d{depth['layers']}-{key}"
+
+
+class TrainingProgress:
+    """``on_line`` callback: ``[label] update U/N  loss L  ETA T`` every tenth of the updates, from fairseq-train's
+    JSON ``train_inner`` lines. The ETA is this process's rate so far (a resumed training starts counting again)."""
+
+    def __init__(self, label: str, max_update: int):
+        self.label, self.max_update, self.every = label, max_update, max(1, max_update // 10)
+        self.start = None  # (time, update) of the first logged update
+        self.next_print = 0
+
+    def __call__(self, line: str):
+        record = json_record(line)
+        if record is None or "num_updates" not in record or "loss" not in record:
+            return
+        update, loss, now = int(record["num_updates"]), float(record["loss"]), time.monotonic()
+        if self.start is None:
+            self.start, self.next_print = (now, update), update
+        if update < self.next_print and update < self.max_update:
+            return
+        self.next_print = update + self.every
+        t0, u0 = self.start
+        eta = "?"
+        if update > u0:
+            minutes, seconds = divmod(round((self.max_update - update) * (now - t0) / (update - u0)), 60)
+            eta = f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
+        print(f"[{self.label}] update {update}/{self.max_update}  loss {loss:.2f}  ETA {eta}", flush=True)
 
 
 def train_and_score(scheme: str, depth: Dict, settings: Dict, data, references, runs_dir: Path) -> Dict:
@@ -45,8 +119,7 @@ def train_and_score(scheme: str, depth: Dict, settings: Dict, data, references, 
     save_dir.mkdir(parents=True, exist_ok=True)
     interval = max(1, depth["max_update"] // settings["log_points"])
     cmd = train_command(data.databin, save_dir, scheme=scheme, seed=settings["seed"], log_interval=interval, **depth)
-    progress = TrainingProgress(label, depth["max_update"], every=max(1, depth["max_update"] // 10))
-    run_training(cmd, save_dir / "train.out", label, on_line=progress)
+    run_training(cmd, save_dir / "train.out", label, on_line=TrainingProgress(label, depth["max_update"]))
     hypotheses, scores = score_test_set(data.databin, save_dir, references, label, "--beam", settings["beam"])
     result = dict(
         scheme=scheme,
@@ -116,6 +189,4 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    from ..errors import exit_on_user_error
-
     sys.exit(exit_on_user_error(main))

@@ -6,7 +6,7 @@ import pytest
 
 from fairseq_residual_tools.demo import run
 from fairseq_residual_tools.demo.report import reading
-from fairseq_residual_tools.demo.settings import DEFAULT_CONFIG, load_settings
+from fairseq_residual_tools.demo.run import DEFAULT_CONFIG, load_settings
 from fairseq_residual_tools.errors import ConfigError
 
 # A reduced demo: a small lexicon (each word seen often), an E1D1 model that learns it in
