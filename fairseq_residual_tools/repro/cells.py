@@ -1,17 +1,14 @@
 """The cells of the paper's tables: what to train, how to name it, how to evaluate it.
 
-A cell is a dataset, a residual scheme and a depth (and, for the ablation, training without warmup);
-its name spells those out::
+A cell is a dataset, a residual scheme and a depth (plus ``/nowarmup`` for the warmup ablation)::
 
     iwslt14/residual/e6d6            IWSLT-14, ResiDual, 6 encoder + 6 decoder layers
     iwslt14/pre/e12d12/nowarmup      the warmup ablation's Pre-LN E12D12 without warmup
-    wmt14/b2t/e18d18                 WMT'14, B2T, 18 + 18 layers
     opus100/deepnet/e100d100         OPUS-100, DeepNet, 100 + 100 layers
 
-Every (row, column) of the paper's tables (``results/paper/*.json``) is one cell, trained once when two
-tables share it. Its configuration is its dataset's hydra config in ``configs/`` plus ``Cell.overrides``
-(the scheme, the depth, ``+warmup=none``). A scheme not in ``fairseq_residual.schemes.SCHEMES`` yet keeps
-its cells, marked "scheme not implemented".
+Every (row, column) of ``results/paper/*.json`` is one cell, trained once when two tables share it;
+its config is ``configs/<dataset>.yaml`` plus ``Cell.overrides``. A scheme not in
+``fairseq_residual.schemes.SCHEMES`` yet keeps its cells, marked "scheme not implemented".
 """
 
 import json
@@ -30,29 +27,17 @@ PAPER_DIR = ROOT / "results" / "paper"
 NOT_IMPLEMENTED = "scheme not implemented"
 
 
-@dataclass(frozen=True)
-class Evaluation:
-    """How a dataset's test sets are decoded and scored (the paper's protocol)."""
-
-    checkpoints: str  # "epoch": checkpoint<epoch>.pt; "update": checkpoint_<epoch>_<update>.pt
-    scoring: str  # the description written next to every score
-    average_last: int = 5  # checkpoints averaged
-    beam: int = 5
-    lenpen: float = 1.0
-    max_len_a: float = 1.2  # the authors' validation-BLEU settings
-    max_len_b: int = 10
+#: fairseq-generate's settings for every dataset: the authors' validation-BLEU settings
+DECODING = {"beam": 5, "lenpen": 1.0, "max_len_a": 1.2, "max_len_b": 10}
+AVERAGE_LAST = 5  # checkpoints averaged
 
 
 @dataclass(frozen=True)
 class Dataset:
     name: str  # also its config, configs/<name>.yaml
     data: str  # default data-bin (relative to the repository root), from data-prep/
-    evaluation: Evaluation
-
-    @property
-    def prepare(self) -> str:
-        """The data-prep script that makes ``data``."""
-        return f"data-prep/prepare-{self.name}.sh"
+    checkpoints: str  # averaged: "epoch": checkpoint<epoch>.pt; "update": checkpoint_<epoch>_<update>.pt
+    scoring: str  # the description written next to every score
 
 
 DATASETS: Dict[str, Dataset] = {
@@ -61,33 +46,27 @@ DATASETS: Dict[str, Dataset] = {
         Dataset(
             "iwslt14",
             "data-bin/iwslt14.de-en/bin",
-            Evaluation(
-                checkpoints="epoch",
-                scoring="BLEU of fairseq-generate (--remove-bpe): tokenised, lowercased text "
-                "(the data is lowercased by data-prep), BPE removed -- the paper's IWSLT-14 figure; "
-                "sacrebleu: Moses-detokenised hypotheses against Moses-detokenised references",
-            ),
+            "epoch",
+            "BLEU of fairseq-generate (--remove-bpe): tokenised, lowercased text "
+            "(the data is lowercased by data-prep), BPE removed -- the paper's IWSLT-14 figure; "
+            "sacrebleu: Moses-detokenised hypotheses against Moses-detokenised references",
         ),
         Dataset(
             "wmt14",
             "data-bin/wmt14.en-de/bin",
-            Evaluation(
-                checkpoints="update",
-                scoring="tokenised BLEU with compound splitting (fairseq's compound_split_bleu: "
-                "a-b -> a ##AT##-##AT## b in hypothesis and reference) per test set, and its "
-                "average over newstest2010-2016 -- the paper's WMT figure; sacrebleu: "
-                "Moses-detokenised hypotheses against Moses-detokenised references",
-            ),
+            "update",
+            "tokenised BLEU with compound splitting (fairseq's compound_split_bleu: "
+            "a-b -> a ##AT##-##AT## b in hypothesis and reference) per test set, and its "
+            "average over newstest2010-2016 -- the paper's WMT figure; sacrebleu: "
+            "Moses-detokenised hypotheses against Moses-detokenised references",
         ),
         Dataset(
             "opus100",
             "data-bin/opus100/bin",
-            Evaluation(
-                checkpoints="update",
-                scoring="sacrebleu per direction on SentencePiece-decoded text (tokenize 13a; "
-                "zh for Chinese targets); EX = mean over English->X, XE = mean over X->English, "
-                "ALL = mean over all directions -- the paper's OPUS-100 figures",
-            ),
+            "update",
+            "sacrebleu per direction on SentencePiece-decoded text (tokenize 13a; "
+            "zh for Chinese targets); EX = mean over English->X, XE = mean over X->English, "
+            "ALL = mean over all directions -- the paper's OPUS-100 figures",
         ),
     )
 }
@@ -113,10 +92,6 @@ class Cell:
     @property
     def implemented(self) -> bool:
         return self.scheme in SCHEMES
-
-    @property
-    def config(self) -> Dataset:
-        return DATASETS[self.dataset]
 
     def overrides(self) -> List[str]:
         """Hydra overrides that turn the dataset's config into this cell's."""
@@ -182,15 +157,15 @@ def load_paper_table(path) -> PaperTable:
 TABLE_ORDER = ("iwslt14", "wmt14", "opus100", "warmup")
 
 
-def paper_tables(paper_dir=PAPER_DIR) -> Dict[str, PaperTable]:
-    tables = {t.table: t for t in map(load_paper_table, sorted(Path(paper_dir).glob("*.json")))}
+def paper_tables() -> Dict[str, PaperTable]:
+    tables = {t.table: t for t in map(load_paper_table, sorted(PAPER_DIR.glob("*.json")))}
     return {name: tables[name] for name in sorted(tables, key=lambda n: (TABLE_ORDER + (n,)).index(n))}
 
 
-def paper_cells(table: Optional[str] = None, paper_dir=PAPER_DIR) -> List[Cell]:
+def paper_cells(table: str = "all") -> List[Cell]:
     """Every cell of one table (or of all tables, each once), in table order."""
-    tables = paper_tables(paper_dir)
-    if table not in (None, "all") and table not in tables:
+    tables = paper_tables()
+    if table != "all" and table not in tables:
         raise ConfigError(f"unknown table {table!r}; choose one of: {', '.join(tables)}, all")
-    chosen = tables.values() if table in (None, "all") else [tables[table]]
+    chosen = tables.values() if table == "all" else [tables[table]]
     return list(dict.fromkeys(cell for t in chosen for cell in t.cells()))

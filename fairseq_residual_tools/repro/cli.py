@@ -11,11 +11,15 @@ import logging
 import shlex
 from pathlib import Path
 
+import torch
+
 from ..errors import UserError
-from . import estimates
 from .cells import NOT_IMPLEMENTED, paper_cells, parse_cell
+from .estimates import gpu_hours
+from .evaluate import evaluate
+from .launch import dataset_config, train
 from .status import FAILS, TRAINED, training_state
-from .tables import DEFAULT_OUT, DEFAULT_RESULTS, DEFAULT_WORK, make_tables
+from .tables import DEFAULT_OUT, DEFAULT_RESULTS, DEFAULT_WORK, make_tables, measured, result_path
 
 
 def build_parser():
@@ -84,8 +88,6 @@ def build_parser():
 
 
 def _default_gpus(args):
-    import torch
-
     if args.gpus is None:
         args.gpus = 1 if args.cpu else max(1, torch.cuda.device_count())
     if not args.cpu and not args.dry_run and not torch.cuda.is_available():
@@ -93,36 +95,29 @@ def _default_gpus(args):
 
 
 def cmd_train(args) -> int:
-    from .launch import train
-
     parse_cell(args.cell)  # a wrong name is reported before anything else
     _default_gpus(args)
     return train(args)
 
 
 def cmd_evaluate(args) -> int:
-    from .evaluate import evaluate
-
     evaluate(args)
     return 0
 
 
 def cmd_reproduce(args) -> int:
     """Every cell of the table in order; finished trainings and evaluations are skipped."""
-    from .evaluate import evaluate
-    from .launch import dataset_config, train
-    from .tables import measured, result_path
-
     cells = paper_cells(args.table)
     if args.list:
         print(f"{'cell':34} {'status':24} estimated GPU-hours (A100-class, docs/reproduce.md)")
         for cell in cells:
-            status = measured(cell, Path(args.results), Path(args.work)).status
+            status = measured(cell, args.results, args.work).status
             hours = ""
             if cell.implemented:
                 cfg = dataset_config(cell.dataset)
-                tokens = estimates.reference_tokens(cfg, args.reference_gpus or 1)
-                hours = f"~{estimates.estimate(cell, cfg, tokens).gpu_hours}"
+                # at the paper's effective batch: the config's max_tokens x update_freq on --reference-gpus GPUs
+                tokens = (args.reference_gpus or 1) * cfg.dataset.max_tokens * cfg.optimization.update_freq[0]
+                hours = f"~{gpu_hours(cell, cfg, tokens)}"
             print(f"{cell.name:34} {status:24} {hours}")
         return 0
     _default_gpus(args)

@@ -9,8 +9,6 @@ early). Time = FLOPs / the assumed sustained throughput of one A100-class GPU (`
 ``HALF_FLOPS`` with AMP / fp16), times ``VALIDATION_OVERHEAD``.
 """
 
-from dataclasses import dataclass
-
 from .cells import Cell
 
 #: assumed vocabulary sizes (joint BPE merges / SentencePiece pieces of data-prep/)
@@ -21,21 +19,8 @@ HALF_FLOPS = 60e12  # about 20% of an A100's 312 TFLOP/s fp16 tensor-core peak
 VALIDATION_OVERHEAD = {"iwslt14": 1.5, "wmt14": 1.1, "opus100": 1.1}
 
 
-@dataclass(frozen=True)
-class Estimate:
-    updates: int
-    tokens_per_update: int
-    flops: float
-    gpu_hours: float
-
-
-def reference_tokens(cfg, reference_gpus: int = 1) -> int:
-    """The paper's effective batch: the config's max_tokens x update_freq on ``reference_gpus`` GPUs."""
-    return reference_gpus * int(cfg.dataset.max_tokens) * int(cfg.optimization.update_freq[0])
-
-
-def estimate(cell: Cell, cfg, tokens: int) -> Estimate:
-    """Estimate for ``cell`` from its composed config (``launch.compose``), at ``tokens`` per update."""
+def gpu_hours(cell: Cell, cfg, tokens: int) -> float:
+    """GPU-hours of ``cell`` from its composed config (``launch.compose``), at ``tokens`` per update."""
     d, ffn, vocab = int(cfg.model.encoder_embed_dim), int(cfg.model.encoder_ffn_embed_dim), VOCAB[cell.dataset]
     encoder = cell.encoder_layers * (4 * d * d + 2 * d * ffn)
     decoder = cell.decoder_layers * (8 * d * d + 2 * d * ffn) + d * vocab
@@ -43,4 +28,4 @@ def estimate(cell: Cell, cfg, tokens: int) -> Estimate:
     flops = 6.0 * (encoder + decoder) * tokens * updates
     half = bool(cfg.common.amp or cfg.common.fp16 or cfg.common.memory_efficient_fp16)
     seconds = flops / (HALF_FLOPS if half else FP32_FLOPS) * VALIDATION_OVERHEAD[cell.dataset]
-    return Estimate(updates, tokens, flops, round(seconds / 3600, 1))
+    return round(seconds / 3600, 1)

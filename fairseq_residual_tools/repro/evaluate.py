@@ -1,29 +1,68 @@
 """Evaluating one trained cell as the paper scores it, into ``results/cells/<cell>.json``.
 
-``scripts/evaluate.sh --cell C [--dry-run] [--allow-unfinished]`` ends up in ``evaluate``. A diverged
-training (``status``) is recorded as ``"status": "fails"``; one that is not "trained" stops with one error,
-unless ``--allow-unfinished`` (the deviation is recorded and the tables mark it). Otherwise the last N
-checkpoints are averaged (``averaging``), ``fairseq-generate`` decodes every test set with the dataset's
-settings (``cells.DATASETS``) and ``scoring`` scores them as the paper's table does. The JSON also holds
-the checkpoints, the commands, the provenance, the GPU count and the wall times (docs/reproduce.md).
+A diverged training is recorded as ``"status": "fails"``; one that is not "trained" stops with one error,
+unless ``--allow-unfinished`` (recorded, and marked in the tables). Otherwise the last checkpoints are
+averaged, ``fairseq-generate`` decodes every test set and ``scoring`` scores them as the paper's table does.
 """
 
 import functools
 import json
+import re
 import shlex
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict
+from typing import List
+
+import torch
 
 from ..errors import DataError, UserError
 from ..provenance import provenance
 from ..runner import PLUGIN_DIR, fairseq_command, run_logged
 from . import scoring
-from .averaging import average_checkpoints, last_checkpoints
-from .cells import Evaluation, parse_cell
+from .cells import AVERAGE_LAST, DATASETS, DECODING, parse_cell
 from .status import FAILS, NOT_RUN, TRAINED, launch_records, training_state
 from .tables import result_path
+
+#: a kind's numbered checkpoints, and the number that orders them
+_NUMBERED = {"epoch": re.compile(r"checkpoint(\d+)\.pt"), "update": re.compile(r"checkpoint_\d+_(\d+)\.pt")}
+
+
+def last_checkpoints(folder, n: int, kind: str) -> List[Path]:
+    """The newest ``n`` checkpoints of one kind (``_NUMBERED``), oldest first; without any, ``checkpoint_last.pt``."""
+    folder = Path(folder)
+    found = sorted((int(m[1]), p) for p in folder.glob("checkpoint*.pt") if (m := _NUMBERED[kind].fullmatch(p.name)))
+    paths = [p for _, p in found[-n:]] or [folder / "checkpoint_last.pt"]
+    if not paths[-1].is_file():
+        raise DataError(f"no checkpoint in {folder}: train the cell first (scripts/train.sh)")
+    return paths
+
+
+def average_checkpoints(paths: List[Path], out: Path) -> Path:
+    """Write the mean of ``paths``' parameters to ``out``, as fairseq's ``scripts/average_checkpoints.py``.
+
+    That script is not in the installed ``fairseq`` package, so its logic is restated here: the mean of every
+    floating-point tensor (integer ones, such as counters, are the newest checkpoint's), written into the
+    newest checkpoint's state, without the optimizer state (decoding does not need it; it is twice the model).
+    """
+    for i, path in enumerate(paths):
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        params = state["model"]
+        if i == 0:
+            total = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in params.items() if v.is_floating_point()}
+            keys = params.keys()
+        elif params.keys() != keys:
+            raise DataError(f"{path} has other parameters than {paths[0]}: not checkpoints of one model")
+        for k in total:
+            total[k] += params[k].to(torch.float64)
+    # the newest checkpoint, its floating-point tensors replaced by the means (counters and the like stay its own)
+    state["model"] = {k: (total[k] / len(paths)).to(v.dtype) if k in total else v for k, v in params.items()}
+    state.pop("last_optimizer_state", None)
+    out = Path(out)
+    tmp = out.with_name(out.name + ".tmp")
+    torch.save(state, tmp)
+    tmp.replace(out)
+    return out
 
 
 def training_record(cell_dir: Path) -> dict:
@@ -45,14 +84,12 @@ def training_record(cell_dir: Path) -> dict:
     }
 
 
-def generate(
-    data, checkpoint, ev: Evaluation, cpu: bool, subset, task_args, remove_bpe, out_file
-) -> scoring.Generation:
+def generate(data, checkpoint, cpu: bool, subset, task_args, remove_bpe, out_file) -> scoring.Generation:
     command = fairseq_command(
         "generate",
         data,
         *("--user-dir", PLUGIN_DIR, "--path", checkpoint, "--gen-subset", subset),
-        *("--beam", ev.beam, "--lenpen", ev.lenpen, "--max-len-a", ev.max_len_a, "--max-len-b", ev.max_len_b),
+        *(arg for key, value in DECODING.items() for arg in (f"--{key.replace('_', '-')}", value)),
         *("--max-tokens", "4000" if cpu else "12000", "--remove-bpe", remove_bpe),
         *task_args,
         *(["--cpu"] if cpu else []),
@@ -65,15 +102,9 @@ def generate(
     return gen
 
 
-def wmt_test_sets(data: Path) -> Dict[str, str]:
-    """split -> test-set name, from data-prep's test_splits.json (newstest2014 alone without it)."""
-    path = data / "test_splits.json"
-    return json.loads(path.read_text()) if path.is_file() else {"test": "newstest2014"}
-
-
 def evaluate(args) -> dict:
     cell = parse_cell(args.cell)
-    ev = cell.config.evaluation
+    dataset = DATASETS[cell.dataset]
     cell_dir = Path(args.work).resolve() / cell.name
     out_path = result_path(args.results, cell)
     started = time.time()
@@ -102,30 +133,30 @@ def evaluate(args) -> dict:
         record["training"]["deviations"] = [*record["training"].get("deviations", []), deviation]
         record["unfinished"] = deviation
 
-    checkpoints = last_checkpoints(cell_dir, args.average or ev.average_last, ev.checkpoints)
+    checkpoints = last_checkpoints(cell_dir, args.average or AVERAGE_LAST, dataset.checkpoints)
     if args.dry_run:
         print(f"{cell.name}: {state.name} ({state.detail}); would average {', '.join(p.name for p in checkpoints)}")
-        print(f"then decode the test sets with beam {ev.beam} (fairseq-generate) and score them as: {ev.scoring}")
+        beam = DECODING["beam"]
+        print(f"then decode the test sets with beam {beam} (fairseq-generate) and score them as: {dataset.scoring}")
         print(f"and write {out_path}")
         return record
     averaged = average_checkpoints(checkpoints, cell_dir / f"checkpoint.average{len(checkpoints)}.pt")
-    import torch
-
     task = torch.load(averaged, map_location="cpu", weights_only=True)["cfg"]["task"]
     data = Path(args.data or task["data"])
     eval_dir = cell_dir / "evaluation"
     eval_dir.mkdir(exist_ok=True)
     # decode(subset, task arguments, the --remove-bpe value, output file)
-    decode = functools.partial(generate, data, averaged, ev, args.cpu or not torch.cuda.is_available())
+    decode = functools.partial(generate, data, averaged, args.cpu or not torch.cuda.is_available())
     langs = ["--source-lang", str(task.get("source_lang")), "--target-lang", str(task.get("target_lang"))]
 
     if cell.dataset == "iwslt14":
         generations = {"test": decode("test", langs, "@@ ", eval_dir / "generate-test.txt")}
         scores = scoring.score_iwslt(generations["test"], str(task["target_lang"]))
     elif cell.dataset == "wmt14":
+        splits = data / "test_splits.json"  # split -> test-set name, from data-prep; newstest2014 alone without it
+        test_sets = json.loads(splits.read_text()) if splits.is_file() else {"test": "newstest2014"}
         generations = {
-            name: decode(split, langs, "@@ ", eval_dir / f"generate-{name}.txt")
-            for split, name in wmt_test_sets(data).items()
+            name: decode(split, langs, "@@ ", eval_dir / f"generate-{name}.txt") for split, name in test_sets.items()
         }
         scores = scoring.score_wmt(dict(sorted(generations.items())), str(task["target_lang"]))
     else:
@@ -144,8 +175,8 @@ def evaluate(args) -> dict:
     record.update(
         status="measured",
         scores=scores,
-        scoring=ev.scoring,
-        decoding={"beam": ev.beam, "lenpen": ev.lenpen, "max_len_a": ev.max_len_a, "max_len_b": ev.max_len_b},
+        scoring=dataset.scoring,
+        decoding=DECODING,
         checkpoints=[str(p) for p in checkpoints],
         averaged_checkpoint=str(averaged),
         evaluation={

@@ -1,8 +1,7 @@
 """Training one cell: the batch kept at the paper's size, the launch command, resume, the log.
 
-``scripts/train.sh --cell C [--gpus G] [--nodes N] [--dry-run]`` ends up in ``train``, which runs
-fairseq-hydra-train with the cell's config, started once per GPU by torch.distributed's own launchers
-(``distributed_train`` says why each process is given its rank explicitly):
+``train`` runs fairseq-hydra-train with the cell's config once per GPU, started by torch.distributed's
+own launchers (``distributed_train`` says why each process is given its rank explicitly):
 
 * one process:          ``python -m fairseq_residual_tools.repro.distributed_train ARGS``
 * G GPUs on one node:   ``torchrun --standalone --nproc-per-node G -m <the same module> ARGS``
@@ -29,10 +28,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from fairseq.dataclass.initialize import add_defaults, hydra_init
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+
+import fairseq_residual  # noqa: F401  (registers the model's options)
+
 from ..errors import ConfigError, DataError
 from ..runner import PLUGIN_DIR, RunError, run_logged
-from .cells import CONFIG_DIR, NOT_IMPLEMENTED, ROOT, Cell, Dataset, parse_cell
-from .estimates import estimate
+from .cells import CONFIG_DIR, DATASETS, NOT_IMPLEMENTED, ROOT, Cell, Dataset, parse_cell
+from .estimates import gpu_hours
 from .status import FAILS, LAUNCH_MARK, TRAINED, launch_records, training_state
 
 ENTRY = "fairseq_residual_tools.repro.distributed_train"
@@ -112,12 +117,6 @@ def derive_batch(
 
 def compose(cell: Cell, overrides: List[str] = ()):
     """The cell's full fairseq configuration, composed as fairseq-hydra-train does."""
-    from fairseq.dataclass.initialize import add_defaults, hydra_init
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    import fairseq_residual  # noqa: F401  (registers the model's options)
-
     hydra_init(cell.dataset)
     with warnings.catch_warnings():
         # hydra's deprecation notes about fairseq's own config layout (schema matching, _group_)
@@ -146,9 +145,9 @@ def data_problem(dataset: Dataset, data: Path, cfg) -> Optional[str]:
     """Why ``data`` cannot serve the cell (missing, another language pair, separate dictionaries), or None."""
     if not data.is_dir():
         how = (
-            f"make it with `bash {dataset.prepare} --out {data.parent}`"
+            f"make it with `bash data-prep/prepare-{dataset.name}.sh --out {data.parent}`"
             if data.name == "bin"
-            else f"`bash {dataset.prepare} --out DIR` makes DIR/bin; give that as --data"
+            else f"`bash data-prep/prepare-{dataset.name}.sh --out DIR` makes DIR/bin; give that as --data"
         )
         return f"data folder {data} does not exist yet: {how} (data-prep/README.md)"
     if cfg.task._name != "translation":
@@ -193,14 +192,6 @@ class LaunchPlan:
         return " ".join(prefix + [shlex.quote(a) for a in self.command])
 
 
-def choose_launcher(requested: str, processes: int, nodes: int, environ) -> str:
-    if requested != "auto":
-        return requested
-    if nodes > 1:
-        return "srun" if "SLURM_JOB_ID" in environ else "torchrun"
-    return "torchrun" if processes > 1 else "single"
-
-
 def slurm_master_addr(environ) -> str:
     nodelist = environ.get("SLURM_JOB_NODELIST") or environ.get("SLURM_NODELIST")
     if not nodelist:
@@ -213,7 +204,7 @@ def plan_launch(args, environ=os.environ, entry_module: str = ENTRY) -> LaunchPl
     cell = parse_cell(args.cell)
     if not cell.implemented:
         raise ConfigError(f"{cell.name}: {NOT_IMPLEMENTED} ({cell.scheme!r} is not in fairseq_residual.schemes yet)")
-    dataset = cell.config
+    dataset = DATASETS[cell.dataset]
     data = Path(args.data or ROOT / dataset.data).resolve()
     cell_dir = Path(args.work).resolve() / cell.name
     extra = list(args.overrides)
@@ -233,7 +224,11 @@ def plan_launch(args, environ=os.environ, entry_module: str = ENTRY) -> LaunchPl
         *(["common.cpu=true"] if args.cpu else []),
         *extra,
     ]
-    launcher = choose_launcher(args.launcher, processes, args.nodes, environ)
+    launcher = args.launcher
+    if launcher == "auto" and args.nodes > 1:
+        launcher = "srun" if "SLURM_JOB_ID" in environ else "torchrun"
+    elif launcher == "auto":
+        launcher = "torchrun" if processes > 1 else "single"
     entry = ["-m", entry_module]
     env, notes = {}, []
     if launcher == "single":
@@ -252,16 +247,14 @@ def plan_launch(args, environ=os.environ, entry_module: str = ENTRY) -> LaunchPl
             rdzv += [f"--master-addr={args.master_addr}", f"--master-port={args.master_port}"]
         torchrun = [sys.executable, "-m", "torch.distributed.run", *rdzv, f"--nproc-per-node={gpus_per_node}"]
         command = [*torchrun, *entry, *hydra_args]
-    elif launcher == "srun":
+    else:  # srun
         env = {"MASTER_ADDR": args.master_addr or slurm_master_addr(environ), "MASTER_PORT": str(args.master_port)}
         srun = ["srun", f"--nodes={args.nodes}", f"--ntasks-per-node={gpus_per_node}", "--kill-on-bad-exit=1"]
         command = [*srun, sys.executable, *entry, "--ranks-from", "slurm", *hydra_args]
-    else:
-        raise ConfigError(f"unknown launcher {launcher!r}; choose auto, single, torchrun or srun")
     if processes > 1 and args.cpu:
         notes.append(f"{processes} CPU processes, gloo backend")
     if not extra:
-        hours = estimate(cell, cfg, batch.tokens).gpu_hours
+        hours = gpu_hours(cell, cfg, batch.tokens)
         notes.append(
             f"estimated training: ~{hours} GPU-hours on A100-class GPUs at {batch.tokens:,} tokens per update "
             "(an estimate: docs/reproduce.md)"

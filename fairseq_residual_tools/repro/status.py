@@ -4,9 +4,7 @@ The evidence, written to ``<work>/<cell>/`` by ``launch.train``: ``train.log`` (
 ``### <time> launch: <command>``, then fairseq's output) and ``launch.json`` (one record per launch,
 ``"returncode": null`` until it ends; then fairseq's return code and the stop signal, if any). A last
 record without a return code is a launch that is running, or was killed together with its launcher.
-The states are checked in the order of their constants below (docs/reproduce.md, "Cell states"). Only
-"trained" (and "fails", which the paper reports) may be evaluated; ``evaluate.sh --allow-unfinished``
-scores the others as a recorded deviation.
+The states are checked in the order of their constants below (docs/reproduce.md, "Cell states").
 """
 
 import json

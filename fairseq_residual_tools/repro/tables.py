@@ -1,10 +1,8 @@
 """``results/tables.md``: the paper's four tables, measured / paper / difference per cell.
 
-A cell shows its score from ``results/cells/<cell>.json`` when that evaluation was made from a finished
-training or says it was not (``--allow-unfinished``), with a dagger when the run departed from the
-paper's setting (the reasons are listed under the table); "fails" when the training diverged (read from
-that JSON, or from the cell's ``train.log`` once a launch has ended); otherwise the training's state
-(``status``; a failed training's last log line is listed under the table) or "scheme not implemented".
+A cell shows its score only from an evaluation of a finished training (or one marked ``--allow-unfinished``),
+with a dagger when the run departed from the paper's setting; otherwise "fails", the training's state
+(``status``) or "scheme not implemented" (docs/reproduce.md, "Tables").
 """
 
 import json
@@ -13,7 +11,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..markdown import table as markdown_table
-from .cells import NOT_IMPLEMENTED, PAPER_DIR, ROOT, Cell, PaperTable, paper_tables
+from .cells import NOT_IMPLEMENTED, ROOT, Cell, PaperTable, paper_tables
 from .status import FAILED, FAILS, TRAINED, training_state
 
 MEASURED = "measured"
@@ -36,7 +34,7 @@ class Measured:
     failed: bool = False  # the training failed: the detail (its last log line) is listed under the table
 
 
-def measured(cell: Cell, results_dir: Path, work_dir: Path) -> Measured:
+def measured(cell: Cell, results_dir, work_dir) -> Measured:
     path = result_path(results_dir, cell)
     if path.is_file():
         record = json.loads(path.read_text(encoding="utf-8"))
@@ -56,7 +54,7 @@ def _number(value) -> Optional[float]:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def render(table: PaperTable, results_dir: Path, work_dir: Path) -> str:
+def render(table: PaperTable, results_dir, work_dir) -> str:
     with_warmup = any(not r.warmup for r in table.rows)
     header = ["method"] + (["warmup"] if with_warmup else [])
     header += [f"{column} {kind}" for column in table.columns for kind in ("measured", "paper", "diff")]
@@ -97,7 +95,7 @@ def render(table: PaperTable, results_dir: Path, work_dir: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
-def make_tables(results_dir, work_dir, out, paper_dir=PAPER_DIR) -> str:
+def make_tables(results_dir, work_dir, out) -> str:
     parts = [
         "# ResiDual: measured results beside the paper's",
         "",
@@ -108,8 +106,8 @@ def make_tables(results_dir, work_dir, out, paper_dir=PAPER_DIR) -> str:
         "Do not edit by hand.",
         "",
     ]
-    for table in paper_tables(paper_dir).values():
-        parts.append(render(table, Path(results_dir), Path(work_dir)))
+    for table in paper_tables().values():
+        parts.append(render(table, results_dir, work_dir))
     text = "\n".join(parts)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(text, encoding="utf-8")

@@ -147,10 +147,10 @@ def test_the_gpu_hour_estimate_follows_the_batch_actually_used(tmp_path):
     half = launch.plan_launch(launch_args(cell.name, tmp_path, gpus=8, max_tokens=4096, update_freq=1), environ={})
     assert paper.batch["tokens"] == 65536 and half.batch["tokens"] == 32768
     for plan in (paper, half):
-        hours = estimates.estimate(cell, cfg, plan.batch["tokens"]).gpu_hours
+        hours = estimates.gpu_hours(cell, cfg, plan.batch["tokens"])
         (note,) = [n for n in plan.notes if n.startswith("estimated training")]
         assert note.startswith(f"estimated training: ~{hours} GPU-hours on A100-class GPUs at {plan.batch['tokens']:,}")
-    assert estimates.estimate(cell, cfg, 32768).gpu_hours < estimates.estimate(cell, cfg, 65536).gpu_hours
+    assert estimates.gpu_hours(cell, cfg, 32768) < estimates.gpu_hours(cell, cfg, 65536)
 
 
 def one_line_error(argv, capsys):

@@ -5,7 +5,7 @@ import torch
 
 from fairseq_residual_tools.errors import DataError
 from fairseq_residual_tools.repro import scoring
-from fairseq_residual_tools.repro.averaging import average_checkpoints, last_checkpoints
+from fairseq_residual_tools.repro.evaluate import average_checkpoints, last_checkpoints
 
 GENERATE_OUTPUT = """S-1\tdas ist gut
 T-1\tthat is good
