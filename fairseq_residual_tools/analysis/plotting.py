@@ -1,12 +1,16 @@
 """PNG figures of the probes and the CPU study (matplotlib, Agg backend)."""
 
 import logging
+import statistics
 
 logging.getLogger("matplotlib").setLevel(logging.WARNING)  # before import: it logs while loading
 import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from . import probes  # noqa: E402
 
 SEED_STYLES = ("-", "--", ":", "-.")
 
@@ -58,20 +62,15 @@ PROFILE_LABELS = {
 }
 
 
-def _references(scheme, metric):
-    """[(label, shape, line style)] drawn as fitted reference lines for this scheme's profile:
-    the paper's prediction, and for Pre-LN also c/sqrt(k) (LN of a sum of k independent terms)."""
-    from . import probes
-
-    if metric == "rel_diff" and scheme in probes.PREDICTED_DIVERSITY:
-        name = probes.PREDICTED_DIVERSITY[scheme]
-        refs = [(name, probes.DIVERSITY_SHAPES[name], "--")]
-        if scheme == "pre":
-            refs.append(("c/sqrt(k)", probes.DIVERSITY_SHAPES["c/sqrt(k)"], ":"))
-        return refs
-    if metric == "grad_norm" and scheme == "post":
-        return [("(1/2)^((N-k)/2)", probes.post_ln_gradient_shape, "--")]
-    return []
+#: the fitted reference lines of a (scheme, profile) and their line styles: the paper's prediction,
+#: and for Pre-LN also c/sqrt(k) (LN of a sum of k independent terms)
+REFERENCES = {
+    ("pre", "rel_diff"): {"c/k": "--", "c/sqrt(k)": ":"},
+    ("post", "rel_diff"): {"c": "--"},
+    ("residual", "rel_diff"): {"c": "--"},
+    ("post", "grad_norm"): {"(1/2)^((N-k)/2)": "--"},
+}
+SHAPES = {**probes.DIVERSITY_SHAPES, "(1/2)^((N-k)/2)": probes.post_ln_gradient_shape}
 
 
 def _figure_legend(fig, axes):
@@ -88,9 +87,7 @@ def _figure_legend(fig, axes):
 
 def plot_profiles(summary, metric, path):
     """One panel per (stack, depth); x = block k, one curve per scheme (mean ± std over seeds),
-    dashed/dotted: predicted shapes fitted to that scheme's curve (see ``_references``)."""
-    from . import probes
-
+    dashed/dotted: predicted shapes fitted to that scheme's curve (see ``REFERENCES``)."""
     schemes = list(summary)
     depths = sorted({int(d) for s in summary.values() for d in s})
     colors = scheme_colors(schemes)
@@ -102,14 +99,13 @@ def plot_profiles(summary, metric, path):
                 cell = summary[scheme].get(str(depth))
                 if not cell:
                     continue
-                mean, std = cell[side][metric]["mean"], cell[side][metric]["std"]
+                mean, std = np.array(cell[side][metric]["mean"]), np.array(cell[side][metric]["std"])
                 ks = list(range(1, len(mean) + 1))
-                lower, upper = [m - s for m, s in zip(mean, std)], [m + s for m, s in zip(mean, std)]
                 ax.plot(ks, mean, color=colors[scheme], label=scheme)
-                ax.fill_between(ks, lower, upper, color=colors[scheme], alpha=0.2)
-                for name, shape, style in _references(scheme, metric) if len(mean) >= 2 else []:
-                    c = probes.fit_shape(mean, shape)["c"]
-                    fitted = [c * shape(k, len(mean)) for k in ks]
+                ax.fill_between(ks, mean - std, mean + std, color=colors[scheme], alpha=0.2)
+                for name, style in REFERENCES.get((scheme, metric), {}).items() if len(mean) >= 2 else []:
+                    c = probes.fit_shape(mean, SHAPES[name])["c"]
+                    fitted = [c * SHAPES[name](k, len(mean)) for k in ks]
                     ax.plot(ks, fitted, style, color=colors[scheme], lw=1, label=f"{scheme}: fitted {name}")
             if metric != "cosine":
                 ax.set_yscale("log")
@@ -124,8 +120,6 @@ def plot_profiles(summary, metric, path):
 def plot_versus_depth(runs, path):
     """Model depth N on the x-axis: gradient norm of the bottom block relative to the top one, and
     the relative difference of the top pair of block inputs; mean ± std over seeds."""
-    from . import probes
-
     schemes = list(dict.fromkeys(r["scheme"] for r in runs))
     colors = scheme_colors(schemes)
     quantities = (
@@ -141,8 +135,8 @@ def plot_versus_depth(runs, path):
                 stats = []
                 for depth in depths:
                     cell = [r[side][metric] for r in runs if (r["scheme"], r["layers"]) == (scheme, depth)]
-                    (mean,), (std,) = probes.mean_std([[value(v)] for v in cell if v])
-                    stats.append((depth, mean, std))
+                    values = [value(v) for v in cell if v]
+                    stats.append((depth, statistics.fmean(values), statistics.pstdev(values)))
                 xs, ms, ss = zip(*stats)
                 ax.errorbar(xs, ms, yerr=ss, marker="o", capsize=3, color=colors[scheme], label=scheme)
             ax.set(yscale="log", xlabel="layers per stack N", ylabel=label, title=side)

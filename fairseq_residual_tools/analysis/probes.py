@@ -1,36 +1,28 @@
 """Probes of the paper's claims: per-block gradient norms and the diversity of block inputs.
 
-For every registered scheme (``schemes.SCHEMES``; new ones appear automatically),
-depth and seed -- at initialisation, or for trained checkpoints -- one forward and
-backward pass of the token-level cross-entropy (mean over target tokens, no label
-smoothing, dropout off) on a fixed batch of real sentences measures, per encoder
-and decoder block k = 1..N (a fairseq layer):
+For every registered scheme, depth and seed (at initialisation, or for trained checkpoints), one
+forward and backward pass of the token-level cross-entropy (mean over target tokens, no label
+smoothing, dropout off) on a fixed batch of real sentences measures, per encoder and decoder
+block k = 1..N (a fairseq layer):
 
-* ``grad_norm[k]`` = ||dL/dw_k||, the L2 norm of the gradient of all parameters of
-  layer k (attention, FFN and the layer's own LayerNorms). Theorem 3.1 / Eq. 4-5:
-  Post-LN's decays toward the bottom roughly like (1/2)^((N-k)/2); ResiDual's is
-  bounded below by the dual path (about log(N-k)/N).
-* ``rel_diff[k]`` = mean over tokens of ||x^ln_{k+1} - x^ln_k|| / ||x^ln_k|| and
-  ``cosine[k]`` = mean cosine similarity of x^ln_{k+1} and x^ln_k, for k = 1..N-1.
-  Theorem 3.3: Pre-LN's difference shrinks like O(1/k) (representation collapse);
-  Theorem 3.6: Post-LN's and ResiDual's stay roughly constant with depth.
-* ``median_abs_grad[k]``: the median |g| over layer k's gradient coordinates, to
-  compare with Adam's epsilon (fairseq's default 1e-8). Theorem 3.2: Adam's first
-  step is alpha * g / (|g| + eps), about alpha * sign(g) whatever |g| is, and its
-  sensitivity to the gradient, alpha * eps / (|g| + eps)^2, peaks at alpha / eps as
-  g -> 0; a block whose typical |g| approaches eps is in that ill-conditioned regime.
+* ``grad_norm[k]`` = ||dL/dw_k||, the L2 norm of the gradient of all parameters of layer k
+  (attention, FFN and the layer's own LayerNorms). Theorem 3.1 / Eq. 4-5: Post-LN's decays toward
+  the bottom roughly like (1/2)^((N-k)/2); ResiDual's is bounded below by the dual path (about log(N-k)/N).
+* ``rel_diff[k]`` = mean over (non-padding) tokens of ||x^ln_{k+1} - x^ln_k|| / ||x^ln_k|| and
+  ``cosine[k]`` = mean cosine similarity of x^ln_{k+1} and x^ln_k, for k = 1..N-1. Theorem 3.3:
+  Pre-LN's difference shrinks like O(1/k) (representation collapse); Theorem 3.6: Post-LN's and
+  ResiDual's stay roughly constant with depth.
+* ``median_abs_grad[k]``: the median |g| over layer k's gradient coordinates, to compare with Adam's
+  epsilon (fairseq's default 1e-8). Theorem 3.2: Adam's first step is alpha * g / (|g| + eps), about
+  alpha * sign(g) whatever |g| is, and its sensitivity to g, alpha * eps / (|g| + eps)^2, peaks at
+  alpha / eps as g -> 0: a block whose typical |g| approaches eps is ill-conditioned.
 
-Which tensor is x^ln_k. The paper defines it as the input of the sub-layer:
-x^f_k = f_k(x^ln_k). The probe therefore records, with a forward pre-hook, the
-query that each layer passes to its first sub-layer (``self_attn``), whatever the
-scheme does around it: for Post-LN-style layers (Post-LN, ResiDual, DeepNet, ...)
-that is the layer's input LN(x^a_{k-1}) (the embedding for k = 1; ResiDual's
-layers receive ``[x^ln ; x^d]`` and hand only x^ln to the sub-layer); for Pre-LN
-it is LN(x^a_k), the output of the layer's own ``self_attn_layer_norm``, not the
-un-normalised stream x^a_k the layer receives; for schemes that mix earlier
-outputs (DLCL) it is the mixed, normalised input; for schemes without LayerNorm
-(T-Fixup) it is the raw stream. Pairs are compared per token (padding excluded)
-and averaged.
+x^ln_k is the input of the sub-layer, x^f_k = f_k(x^ln_k): a forward pre-hook records the query each
+layer passes to its ``self_attn``, whatever the scheme does around it. For Post-LN-style layers that
+is the layer's input LN(x^a_{k-1}) (the embedding for k = 1; ResiDual's layers receive
+``[x^ln ; x^d]`` and hand only x^ln to the sub-layer); for Pre-LN it is LN(x^a_k), the output of the
+layer's ``self_attn_layer_norm``, not the un-normalised stream; for DLCL the mixed, normalised input;
+for T-Fixup (no LayerNorm) the raw stream.
 """
 
 import argparse
@@ -42,28 +34,19 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from fairseq_residual.schemes.base import stack_layers
 
-from ..provenance import provenance
+from ..markdown import table
+from ..provenance import describe, provenance
 
 ROOT = Path(__file__).resolve().parents[2]
 STACKS = ("encoder", "decoder")
-BLOCK_METRICS = ("grad_norm", "median_abs_grad")
-PAIR_METRICS = ("rel_diff", "cosine")
-
-
-@dataclasses.dataclass
-class Batch:
-    src_tokens: torch.Tensor  # B x S, left-padded as fairseq's translation task does
-    src_lengths: torch.Tensor
-    prev_output_tokens: torch.Tensor  # B x T
-    target: torch.Tensor  # B x T
-    pad: int
 
 
 def translation_task(databin):
@@ -76,15 +59,11 @@ def translation_task(databin):
     return tasks.setup_task(cfg.task)
 
 
-def load_batch(task, split="valid", sentences=64) -> Batch:
-    """The first ``sentences`` pairs of ``split``, collated as fairseq-train would."""
+def load_batch(task, split="valid", sentences=64) -> Dict:
+    """The first ``sentences`` pairs of ``split``, collated as fairseq-train would (a fairseq sample)."""
     task.load_dataset(split)
     dataset = task.dataset(split)
-    sample = dataset.collater([dataset[i] for i in range(min(sentences, len(dataset)))])
-    net = sample["net_input"]
-    return Batch(
-        net["src_tokens"], net["src_lengths"], net["prev_output_tokens"], sample["target"], task.target_dictionary.pad()
-    )
+    return dataset.collater([dataset[i] for i in range(min(sentences, len(dataset)))])
 
 
 def build_at_init(task, scheme: str, layers: int, dim: int, heads: int, ffn: int, seed: int):
@@ -116,66 +95,58 @@ def _capture_sublayer_inputs(layers, store: List):
     def record(index, module, args, kwargs):
         store[index] = (kwargs["query"] if "query" in kwargs else args[0]).detach()
 
-    hooks = [partial(record, i) for i in range(len(layers))]
-    return [layer.self_attn.register_forward_pre_hook(hook, with_kwargs=True) for layer, hook in zip(layers, hooks)]
+    return [
+        layer.self_attn.register_forward_pre_hook(partial(record, i), with_kwargs=True)
+        for i, layer in enumerate(layers)
+    ]
+
+
+def block_gradients(layers) -> Dict[str, List[float]]:
+    grads = [torch.cat([p.grad.flatten() for p in layer.parameters() if p.grad is not None]) for layer in layers]
+    return {"grad_norm": [g.norm().item() for g in grads], "median_abs_grad": [g.abs().median().item() for g in grads]}
 
 
 def adjacent_diversity(inputs: List[torch.Tensor]) -> Dict[str, List[float]]:
     """rel_diff and cosine of each adjacent pair (k, k+1) of per-token block inputs."""
-    rel, cos = [], []
-    for a, b in zip(inputs[:-1], inputs[1:]):
-        rel.append(((b - a).norm(dim=-1) / a.norm(dim=-1)).mean().item())
-        cos.append(F.cosine_similarity(b, a, dim=-1).mean().item())
-    return {"rel_diff": rel, "cosine": cos}
+    pairs = list(zip(inputs[:-1], inputs[1:]))
+    return {
+        "rel_diff": [((b - a).norm(dim=-1) / a.norm(dim=-1)).mean().item() for a, b in pairs],
+        "cosine": [F.cosine_similarity(b, a, dim=-1).mean().item() for a, b in pairs],
+    }
 
 
-def block_gradients(layer) -> Dict[str, float]:
-    grads = torch.cat([p.grad.reshape(-1) for p in layer.parameters() if p.grad is not None])
-    return {"grad_norm": grads.norm().item(), "median_abs_grad": grads.abs().median().item()}
-
-
-def probe(model, batch: Batch) -> Dict:
-    """Gradient and diversity measurements of one model on one batch (see module docstring)."""
+def probe(model, sample: Dict) -> Dict:
+    """Gradient and diversity measurements of one model on one fairseq sample (see module docstring)."""
+    net, pad = sample["net_input"], model.decoder.padding_idx
     stacks = {side: stack_layers(getattr(model, side)) for side in STACKS}
     captured = {side: [None] * len(layers) for side, layers in stacks.items()}
     hooks = [h for side, layers in stacks.items() for h in _capture_sublayer_inputs(layers, captured[side])]
     model.zero_grad(set_to_none=True)
-    try:
-        logits, _ = model(batch.src_tokens, batch.src_lengths, batch.prev_output_tokens)
-    finally:
-        for h in hooks:
-            h.remove()
-    loss = F.cross_entropy(
-        logits.reshape(-1, logits.size(-1)).float(), batch.target.reshape(-1), ignore_index=batch.pad
-    )
+    logits, _ = model(**net)
+    for h in hooks:
+        h.remove()
+    loss = F.cross_entropy(logits.flatten(0, 1).float(), sample["target"].flatten(), ignore_index=pad)
     loss.backward()
-    keep = {"encoder": batch.src_tokens.ne(batch.pad), "decoder": batch.prev_output_tokens.ne(batch.pad)}
+    keep = {"encoder": net["src_tokens"].ne(pad), "decoder": net["prev_output_tokens"].ne(pad)}
     out = {"loss": loss.item()}
-    with torch.no_grad():
-        for side, layers in stacks.items():
-            grads = [block_gradients(layer) for layer in layers]
-            inputs = [x.transpose(0, 1)[keep[side]] for x in captured[side]]  # T x B x C -> tokens x C
-            out[side] = {m: [g[m] for g in grads] for m in BLOCK_METRICS}
-            out[side].update(adjacent_diversity(inputs))
-    model.zero_grad(set_to_none=True)
+    for side, layers in stacks.items():
+        inputs = [x.transpose(0, 1)[keep[side]] for x in captured[side]]  # T x B x C -> tokens x C
+        out[side] = {**block_gradients(layers), **adjacent_diversity(inputs)}
     return out
 
 
 # ---------------------------------------------------------------- fits of the predicted shapes
 
-#: one-parameter shapes y = c * s(k) fitted to a profile; k is the 1-based block index
+#: one-parameter shapes y = c * s(k) fitted to a profile; k is the 1-based block index, n the depth
 DIVERSITY_SHAPES = {
     "c/k": lambda k, n: 1.0 / k,  # Theorem 3.3 as the paper states it (Pre-LN)
     "c/sqrt(k)": lambda k, n: 1.0 / math.sqrt(k),  # LN of a sum of k independent terms
     "c": lambda k, n: 1.0,  # Theorem 3.6 (Post-LN, ResiDual): independent of k
 }
-#: the paper's prediction for each scheme it analyses, drawn as the reference line
-PREDICTED_DIVERSITY = {"pre": "c/k", "post": "c", "residual": "c"}
-PREDICTED_POST_LN_DECAY = math.sqrt(0.5)  # Theorem 3.1: (1/2)^((N-k)/2), per block
 
 
 def post_ln_gradient_shape(k, n):
-    return PREDICTED_POST_LN_DECAY ** (n - k)
+    return 0.5 ** ((n - k) / 2)  # Theorem 3.1
 
 
 def fit_shape(values: Sequence[float], shape) -> Dict[str, float]:
@@ -186,10 +157,9 @@ def fit_shape(values: Sequence[float], shape) -> Dict[str, float]:
 
 def fit_geometric_decay(values: Sequence[float]) -> Dict[str, float]:
     """Fit g_k = c * r^(N-k) (log-linear least squares); r < 1 means decay toward the bottom."""
-    xs = [len(values) - k for k in range(1, len(values) + 1)]
-    ys = [math.log(v) for v in values]
-    slope, log_c = statistics.linear_regression(xs, ys) if len(values) > 1 else (0.0, ys[0])
-    rms = math.sqrt(statistics.fmean((y - (log_c + slope * x)) ** 2 for x, y in zip(xs, ys)))
+    xs, ys = np.arange(len(values))[::-1], np.log(values)
+    slope, log_c = np.polyfit(xs, ys, 1)
+    rms = math.sqrt(np.mean((ys - (log_c + slope * xs)) ** 2))
     return {"r": math.exp(slope), "c": math.exp(log_c), "rms_log_residual": rms}
 
 
@@ -207,15 +177,6 @@ def fits(profile: Dict[str, List[float]]) -> Optional[Dict]:
     }
 
 
-# ---------------------------------------------------------------- aggregation and the command
-
-
-def mean_std(rows: List[List[float]]):
-    """Per column: the mean and the population standard deviation."""
-    cols = list(zip(*rows))
-    return [statistics.fmean(c) for c in cols], [statistics.pstdev(c) for c in cols]
-
-
 def aggregate(runs: List[Dict]) -> Dict:
     """summary[scheme][depth][stack][metric] = {"mean": [...], "std": [...]} over seeds, plus fits."""
     summary: Dict = {}
@@ -225,10 +186,8 @@ def aggregate(runs: List[Dict]) -> Dict:
         for depth, group in by_depth.items():
             cell = {"seeds": [r["seed"] for r in group], "loss": statistics.fmean(r["loss"] for r in group)}
             for side in STACKS:
-                stats = {}
-                for metric in BLOCK_METRICS + PAIR_METRICS:
-                    mean, std = mean_std([r[side][metric] for r in group])
-                    stats[metric] = {"mean": mean, "std": std}
+                per_seed = {metric: np.array([r[side][metric] for r in group]) for metric in group[0][side]}
+                stats = {m: {"mean": v.mean(0).tolist(), "std": v.std(0).tolist()} for m, v in per_seed.items()}
                 if len(stats["rel_diff"]["mean"]) >= 2:
                     stats["fits"] = fits({m: stats[m]["mean"] for m in ("rel_diff", "grad_norm")})
                 cell[side] = stats
@@ -236,27 +195,109 @@ def aggregate(runs: List[Dict]) -> Dict:
     return summary
 
 
-def run_probes(task, batch, schemes, depths, seeds, dim, heads, ffn, log=print):
-    runs = []
-    for scheme in schemes:
-        for layers in depths:
-            for seed in seeds:
-                model = build_at_init(task, scheme, layers, dim, heads, ffn, seed)
-                runs.append(dict(scheme=scheme, layers=layers, seed=seed, **probe(model, batch)))
-                grads = runs[-1]["decoder"]["grad_norm"]
-                log(
-                    f"{scheme:>10} N={layers:<3} seed {seed}: loss {runs[-1]['loss']:.3f}, "
-                    f"decoder grad bottom/top {grads[0] / grads[-1]:.3g}"
-                )
-    return runs
+# ---------------------------------------------------------------- the README
 
 
-def _display_path(path) -> str:
-    """A path relative to the repository when it lies inside it (as the README shows it)."""
-    try:
-        return str(Path(path).resolve().relative_to(ROOT))
-    except ValueError:
-        return str(path)
+def _depth_table(runs: List[Dict], value: Callable[[Dict], float], fmt: str) -> str:
+    """Rows scheme, columns 'stack N' with mean ± std over seeds of value(run[stack])."""
+    columns = [(side, d) for side in STACKS for d in sorted({r["layers"] for r in runs})]
+
+    def cell(scheme: str, side: str, depth: int) -> str:
+        values = [value(r[side]) for r in runs if (r["scheme"], r["layers"]) == (scheme, depth)]
+        return f"{statistics.fmean(values):{fmt}} ± {statistics.pstdev(values):{fmt}}" if values else ""
+
+    schemes = dict.fromkeys(r["scheme"] for r in runs)
+    rows = [[scheme, *(cell(scheme, side, depth) for side, depth in columns)] for scheme in schemes]
+    return table(["scheme", *(f"{side[:3]} N={d}" for side, d in columns)], rows)
+
+
+def _fit_table(summary: Dict) -> str:
+    """At each scheme's largest depth: RMS log residual of each diversity shape, the best one,
+    and the fitted per-block gradient ratio r of g_k = c r^(N-k)."""
+    headers = ["scheme", "N", "stack", *(f"rms log resid. {s}" for s in DIVERSITY_SHAPES)]
+    headers += ["best shape", "gradient r per block", "rms log resid. (1/2)^((N-k)/2)"]
+    rows = []
+    for scheme, by_depth in summary.items():
+        depth = max(by_depth, key=int)
+        for side in STACKS:
+            fit = by_depth[depth][side].get("fits")
+            if not fit:
+                continue
+            residuals = [f"{fit['rel_diff'][s]['rms_log_residual']:.3f}" for s in DIVERSITY_SHAPES]
+            r, post_ln = fit["grad_norm_geometric"]["r"], fit["grad_norm_post_ln_shape"]["rms_log_residual"]
+            rows.append([scheme, depth, side, *residuals, fit["rel_diff_best_shape"], f"{r:.3f}", f"{post_ln:.2f}"])
+    return table(headers, rows)
+
+
+def probe_readme(record: Dict, out: Path) -> str:
+    s, runs = record["settings"], record["runs"]
+    summary_file = out / "summary.md"
+    reading = summary_file.read_text().strip() if summary_file.exists() else ""
+    fresh = f"fresh models (width {s['dim']}, FFN {s['ffn']}, {s['heads']} heads, dropout off, shared embeddings)"
+    fresh += f", initialisation seeds {', '.join(map(str, s['seeds']))}"
+    source = "checkpoints " + ", ".join(s["checkpoint"]) if s.get("checkpoint") else fresh
+    return f"""# Probes of the paper's claims at initialisation
+
+{reading}
+
+## What is measured
+
+{source}; one batch: the first {s["sentences"]} sentence pairs of the `{s["split"]}` split of
+`{record["data"]}`; loss: token-level cross-entropy (mean over target tokens). Per encoder/decoder
+block k (a fairseq layer): the L2 norm of the gradient of all its parameters, and for adjacent
+blocks the relative difference ||x^ln_(k+1) - x^ln_k|| / ||x^ln_k|| and the cosine similarity
+of their inputs, per token (padding excluded) and averaged. x^ln_k is what block k hands its
+first sub-layer (self-attention): LN(x^a_k) for Pre-LN, the block input for Post-LN, the x^ln
+half of ResiDual's packed input (definition and per-scheme notes: `fairseq_residual_tools/analysis/probes.py`).
+Numbers below: mean ± std over seeds.
+
+## Gradient norm of the bottom block relative to the top block (Theorem 3.1)
+
+{_depth_table(runs, lambda r: r["grad_norm"][0] / r["grad_norm"][-1], ".3g")}
+
+## Median |g| over the bottom block's gradient coordinates (Theorem 3.2)
+
+Adam's first step is alpha g / (|g| + eps): once a block's typical |g| nears eps (fairseq's default
+1e-8), its update is no longer about alpha sign(g) and its sensitivity to gradient noise, alpha eps /
+(|g| + eps)^2, approaches its peak alpha / eps.
+
+{_depth_table(runs, lambda r: r["median_abs_grad"][0], ".2g")}
+
+## Relative difference of the top pair of block inputs, k = N-1 (Theorems 3.3 and 3.6)
+
+{_depth_table(runs, lambda r: r["rel_diff"][-1], ".3f")}
+
+## The same for the bottom pair, k = 1
+
+{_depth_table(runs, lambda r: r["rel_diff"][0], ".3f")}
+
+## Fits of the predicted shapes (mean profile, largest depth)
+
+One-parameter fits y = c s(k) of the relative difference by least squares on log y; the RMS of the
+log residuals says how well each shape fits (0.1 is about 10 % scatter). The paper predicts c/k for
+Pre-LN (Theorem 3.3 as stated) and a constant for Post-LN and ResiDual (Theorem 3.6); c/sqrt(k) is
+what LN of a sum of k independent unit-variance terms gives. Gradient: r of a fitted g_k = c r^(N-k)
+(the paper's Post-LN rate is (1/2)^(1/2) = 0.707 per block; r > 1 means the gradient grows toward
+the bottom), and the RMS log residual of the paper's Post-LN shape with only c fitted.
+The dashed lines in the plots are these fits.
+
+{_fit_table(record["summary"])}
+
+## Files
+
+- [grad_norm.png](grad_norm.png), [rel_diff.png](rel_diff.png), [cosine.png](cosine.png): profiles
+  over block k, one panel per stack and depth, one curve per scheme (shaded: ± std over seeds).
+- [versus_depth.png](versus_depth.png): bottom/top gradient ratio and top-pair difference versus N.
+- [probes.json](probes.json): every number of every run, the per-block means/stds and all fits.
+
+## Provenance
+
+- Command: `{record["command"]}` ({record["wall_seconds"]:.0f} s wall), on a machine shared with other jobs.
+- {describe(record.get("provenance", record))}
+"""
+
+
+# ---------------------------------------------------------------- the command
 
 
 def parse_args(argv=None):
@@ -280,17 +321,42 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+def probe_fresh_models(data, args) -> List[Dict]:
+    task = translation_task(data)
+    batch = load_batch(task, args.split, args.sentences)
+    runs = []
+    for scheme in args.schemes:
+        for layers in args.depths:
+            for seed in args.seeds:
+                model = build_at_init(task, scheme, layers, args.dim, args.heads, args.ffn, seed)
+                runs.append(dict(scheme=scheme, layers=layers, seed=seed, **probe(model, batch)))
+                grads = runs[-1]["decoder"]["grad_norm"]
+                print(
+                    f"{scheme:>10} N={layers:<3} seed {seed}: loss {runs[-1]['loss']:.3f}, "
+                    f"decoder grad bottom/top {grads[0] / grads[-1]:.3g}"
+                )
+    return runs
+
+
+def probe_checkpoints(data, args) -> List[Dict]:
+    runs = []
+    for i, path in enumerate(args.checkpoint):
+        model, task = load_checkpoint(path, data)
+        run = dict(scheme=model.residual_scheme, layers=len(model.encoder.layers), seed=i, checkpoint=str(path))
+        runs.append({**run, **probe(model, load_batch(task, args.split, args.sentences))})
+    return runs
+
+
 def write_outputs(record: Dict, out: Path):
     """probes.json, the plots and README.md (with ``summary.md``, a person's reading, inlined)."""
     from .plotting import plot_probes
-    from .report import probe_readme
 
     out.mkdir(parents=True, exist_ok=True)
     # every float to 5 significant digits: a smaller file
     rounded = json.loads(json.dumps(record), parse_float=lambda text: float(f"{float(text):.5g}"))
     (out / "probes.json").write_text(json.dumps(rounded) + "\n")
     plot_probes(record["summary"], record["runs"], out)
-    (out / "README.md").write_text(probe_readme(record["summary"], record["runs"], record, out))
+    (out / "README.md").write_text(probe_readme(record, out))
 
 
 def main(argv=None):
@@ -306,21 +372,12 @@ def main(argv=None):
         from ..demo.prepare import prepare_demo_data
 
         data = prepare_demo_data(Path(args.work) / "data").databin
-    if args.checkpoint:
-        runs = []
-        for i, path in enumerate(args.checkpoint):
-            model, task = load_checkpoint(path, data)
-            run = dict(scheme=model.residual_scheme, layers=len(model.encoder.layers), seed=i, checkpoint=str(path))
-            runs.append({**run, **probe(model, load_batch(task, args.split, args.sentences))})
-    else:
-        task = translation_task(data)
-        batch = load_batch(task, args.split, args.sentences)
-        runs = run_probes(task, batch, args.schemes, args.depths, args.seeds, args.dim, args.heads, args.ffn)
+    runs = probe_checkpoints(data, args) if args.checkpoint else probe_fresh_models(data, args)
     summary = aggregate(runs)
     record = dict(
         command=" ".join([".venv/bin/python scripts/probe.py"] + (argv if argv is not None else sys.argv[1:])),
         settings={k: v for k, v in vars(args).items() if k not in ("work", "out", "replot")},
-        data=_display_path(data),
+        data=str(data).removeprefix(f"{ROOT}/"),  # as the README shows it
         provenance=provenance(),
         wall_seconds=round(time.time() - started, 1),
         summary=summary,
@@ -329,9 +386,3 @@ def main(argv=None):
     write_outputs(record, out)
     print(f"wrote {out / 'probes.json'}, README.md and plots in {out} ({record['wall_seconds']:.0f} s)")
     return summary
-
-
-if __name__ == "__main__":
-    from ..errors import exit_on_user_error
-
-    sys.exit(exit_on_user_error(main))

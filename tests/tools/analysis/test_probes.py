@@ -85,7 +85,7 @@ def test_block_input_is_what_the_first_sub_layer_receives(task_and_batch):
         handle = layer.register_forward_pre_hook(lambda m, args, seen=seen: seen.setdefault("input", args[0].detach()))
         captured = [None] * 3
         hooks = probes._capture_sublayer_inputs(model.encoder.layers, captured)
-        model(batch.src_tokens, batch.src_lengths, batch.prev_output_tokens)
+        model(**batch["net_input"])
         for h in hooks + [handle]:
             h.remove()
         layer_input = seen["input"]
