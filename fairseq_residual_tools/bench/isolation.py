@@ -1,15 +1,14 @@
 """Running a benchmark function in a fresh Python process, optionally with glibc malloc settings.
 
-glibc's malloc adapts its trim and mmap thresholds to what a process allocated and freed
-before, so a size measured after others would inherit their heap history (one training job
-trains one size), and a memory probe would see the heap of the variants probed before it.
-A child runs ``python -m fairseq_residual_tools.bench.isolation FUNCTION ARGS_JSON``, and
-prints the function's result as its last line of JSON; its progress lines go to stderr.
+glibc's malloc adapts its trim and mmap thresholds to what a process allocated and freed before,
+so a size measured after others would inherit their heap history (one training job trains one
+size), and a memory probe would see the heap of the variants probed before it. A child prints the
+function's result as its last line of JSON; its progress lines go to stderr.
 
-``MALLOC_SETTINGS`` are the choices of ``--malloc``. Without it a child inherits this
-process's environment. ``keep`` makes glibc keep freed memory: every block comes from the
-heap (no mmap, whose munmap hands pages back) and the heap is never trimmed, so after
-warm-up a step maps in no new pages -- as PyTorch's caching allocator behaves on a GPU.
+``MALLOC_SETTINGS`` are the choices of ``--malloc``; without it a child inherits this process's
+environment. ``keep`` makes glibc keep freed memory: every block comes from the heap (no mmap,
+whose munmap hands pages back) and the heap is never trimmed, so after warm-up a step maps in no
+new pages -- as PyTorch's caching allocator behaves on a GPU.
 """
 
 import json
@@ -23,8 +22,6 @@ MALLOC_SETTINGS = {
     "keep": {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(64 << 30)},
     "default": {},
 }
-#: what a child may run: name -> module
-FUNCTIONS = {"measure_size": "measure", "memory_probe": "memory"}
 
 
 def malloc_environment(setting: str, base: Optional[Dict[str, str]] = None) -> Dict[str, str]:
@@ -36,18 +33,12 @@ def malloc_environment(setting: str, base: Optional[Dict[str, str]] = None) -> D
     return {**env, **MALLOC_SETTINGS[setting]}
 
 
-def malloc_variables() -> Dict[str, str]:
-    """This process's glibc malloc settings, for the record."""
-    return {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}
-
-
 def in_fresh_process(function: str, threads: int, malloc: Optional[str] = None, **kwargs) -> Dict:
-    """``function(**kwargs)`` (a key of FUNCTIONS; ``size`` and ``variant`` given as dataclasses)
-    in a new process with ``threads`` torch threads and the ``malloc`` settings."""
-    arguments = {k: asdict(v) if k in ("size", "variant") else v for k, v in kwargs.items()}
+    """``function(**kwargs)`` (``measure_size`` or ``memory_probe``; ``size`` and ``variant`` given as
+    dataclasses) in a new process with ``threads`` torch threads and the ``malloc`` settings."""
     env = malloc_environment(malloc) if malloc else dict(os.environ)
     out = subprocess.run(
-        [sys.executable, "-m", __name__, function, json.dumps({"threads": threads, **arguments})],
+        [sys.executable, "-m", __name__, function, json.dumps({"threads": threads, **kwargs}, default=asdict)],
         stdout=subprocess.PIPE,
         text=True,
         env={**env, "PYTHONWARNINGS": "ignore"},
@@ -59,20 +50,20 @@ def in_fresh_process(function: str, threads: int, malloc: Optional[str] = None, 
 
 
 def _child(function: str, arguments: str) -> None:
-    import importlib
-
     import torch
 
+    from .measure import measure_size
+    from .memory import memory_probe
     from .variants import Size, Variant
 
     kwargs = json.loads(arguments)
     torch.set_num_threads(kwargs.pop("threads"))
     if "size" in kwargs:
-        kwargs["size"] = Size.from_dict(kwargs["size"])
+        kwargs["size"] = Size(**kwargs["size"])
     if "variant" in kwargs:
         kwargs["variant"] = Variant(**kwargs["variant"])
-    module = importlib.import_module(f"{__package__}.{FUNCTIONS[function]}")
-    print(json.dumps(getattr(module, function)(**kwargs)))
+    result = {"measure_size": measure_size, "memory_probe": memory_probe}[function](**kwargs)
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict
 from typing import Callable, Dict, List, Optional, Sequence
 
-from .isolation import in_fresh_process, malloc_variables
+from .isolation import in_fresh_process
 from .variants import REFERENCE, Size, build_variant, model_args, variants
 
 TIMING_KEYS = ("wall_s", "user_s", "sys_s", "minor_faults")
@@ -30,19 +30,15 @@ _stderr = functools.partial(print, file=sys.stderr, flush=True)
 def interleaved(
     jobs: Dict[str, Callable[[], object]], warmup: int, reps: int, wait: Callable[[], None] = lambda: None
 ) -> Dict[str, Dict[str, List[float]]]:
-    """Run every job ``warmup`` times, then ``reps`` rounds of one run each, in the given order;
+    """``warmup`` untimed rounds, then ``reps`` timed rounds of one run of every job, in the given order;
     each run ends with ``wait()``, which returns once the device has done the run's work.
 
-    Returns per job the TIMING_KEYS of each round. The garbage collector runs between rounds,
+    Returns per job the TIMING_KEYS of each timed round. The garbage collector runs between rounds,
     never inside one (a full collection costs about 0.2 s with fairseq's objects alive).
     """
-    for _ in range(warmup):
-        for job in jobs.values():
-            job()
-            wait()
     times = {name: {key: [] for key in TIMING_KEYS} for name in jobs}
     try:
-        for _ in range(reps):
+        for i in range(warmup + reps):
             gc.collect()
             gc.disable()
             for name, job in jobs.items():
@@ -50,6 +46,8 @@ def interleaved(
                 job()
                 wait()
                 wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_SELF)
+                if i < warmup:
+                    continue
                 times[name]["wall_s"].append(wall)
                 times[name]["user_s"].append(after.ru_utime - before.ru_utime)
                 times[name]["sys_s"].append(after.ru_stime - before.ru_stime)
@@ -141,7 +139,7 @@ def measure_size(
         "variants": {v.name: v.label for v in chosen},
         "layouts": [[v.name for v in order]],
         "train_tokens": train_sample["ntokens"],
-        "malloc_environment": malloc_variables(),
+        "malloc_environment": {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")},
     }
 
     log(f"[{size.name}] layout {layout + 1}: training, {len(chosen)} variants, warm-up {warmup}, {reps} rounds")
@@ -208,7 +206,7 @@ def run(
         "generation_rounds": reps if gen_reps is None else gen_reps,
         "layouts": layouts,
         "fresh_process_per_size": fresh_process_per_size,
-        "malloc": malloc if fresh_process_per_size else None,
+        "malloc": malloc,
         "reference": REFERENCE,
         "sizes": [],
     }

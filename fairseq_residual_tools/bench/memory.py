@@ -118,6 +118,6 @@ def with_ratios(memory: Dict[str, Dict], reference: str) -> Dict[str, Dict]:
     """``memory`` per variant with ``<figure>_ratio`` to the reference variant added."""
     for figures in memory.values():
         for key in ("peak_mb", "rss_rise_mb", "saved_mb"):
-            ref, value = memory[reference][key], figures[key]
-            figures[f"{key}_ratio"] = None if ref is None or value is None else value / ref
+            ref = memory[reference][key]  # None where the device has no such figure
+            figures[f"{key}_ratio"] = None if ref is None else figures[key] / ref
     return memory

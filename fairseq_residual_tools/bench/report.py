@@ -3,7 +3,7 @@
 import json
 import statistics
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, Iterator, List, Optional, Tuple
 
 from ..markdown import table
 from ..provenance import describe
@@ -16,32 +16,32 @@ from .steps import BEAM
 TARGETS = {"residual_train": 0.97, "residual_memory": 1.05, "residual_generate": 0.97, "plugin_vs_stock": 0.02}
 
 
+def _size_checks(size: Dict) -> Iterator[Tuple[str, float, str, bool]]:
+    """(quantity, measured median, target, whether it holds) at one size."""
+    train, gen = size["train"], size["generate"]
+    if "residual" in train:
+        speed, limit = train["residual"]["ratio_to_reference"]["median"], TARGETS["residual_train"]
+        yield "ResiDual training speed / stock Pre-LN", speed, f">= {limit}", speed >= limit
+        peak, limit = size["memory"]["residual"]["peak_mb_ratio"], TARGETS["residual_memory"]
+        yield "ResiDual peak training memory / stock Pre-LN", peak, f"<= {limit}", peak <= limit
+        speed, limit = gen["residual"]["ratio_to_reference"]["median"], TARGETS["residual_generate"]
+        yield "ResiDual generation speed / stock Pre-LN", speed, f">= {limit}", speed >= limit
+    tolerance = TARGETS["plugin_vs_stock"]
+    for ours in ("post", "pre"):
+        for kind, timings in (("training", train), ("generation", gen)):
+            if ours in timings:
+                ratio = ratio_summary(timings[f"stock-{ours}"]["wall_s"], timings[ours]["wall_s"])["median"]
+                what = f"plugin {ours} {kind} speed / stock {ours}"
+                yield what, ratio, f"1 ± {tolerance}", abs(ratio - 1) <= tolerance
+
+
 def target_checks(record: Dict) -> List[Dict]:
     """Each target at each size: the measured median and whether it holds."""
-    checks = []
-
-    def check(size, what, value, target, holds):
-        checks.append(dict(size=size, what=what, value=value, target=target, holds=bool(holds)))
-
-    for size in record["sizes"]:
-        name, train, gen, mem = size["size"]["name"], size["train"], size["generate"], size["memory"]
-        if "residual" in train:
-            speed = train["residual"]["ratio_to_reference"]["median"]
-            limit = TARGETS["residual_train"]
-            check(name, "ResiDual training speed / stock Pre-LN", speed, f">= {limit}", speed >= limit)
-            peak, limit = mem["residual"]["peak_mb_ratio"], TARGETS["residual_memory"]
-            check(name, "ResiDual peak training memory / stock Pre-LN", peak, f"<= {limit}", peak <= limit)
-            speed, limit = gen["residual"]["ratio_to_reference"]["median"], TARGETS["residual_generate"]
-            check(name, "ResiDual generation speed / stock Pre-LN", speed, f">= {limit}", speed >= limit)
-        tolerance = TARGETS["plugin_vs_stock"]
-        for ours, stock in (("post", "stock-post"), ("pre", "stock-pre")):
-            if ours not in train:
-                continue
-            for kind, timings in (("training", train), ("generation", gen)):
-                ratio = ratio_summary(timings[stock]["wall_s"], timings[ours]["wall_s"])["median"]
-                what = f"plugin {ours} {kind} speed / stock {ours}"
-                check(name, what, ratio, f"1 ± {tolerance}", abs(ratio - 1) <= tolerance)
-    return checks
+    return [
+        dict(size=size["size"]["name"], what=what, value=value, target=target, holds=bool(holds))
+        for size in record["sizes"]
+        for what, value, target, holds in _size_checks(size)
+    ]
 
 
 def _ratio(r: Dict[str, float]) -> str:
@@ -52,8 +52,14 @@ def _number(x: Optional[float], spec: str) -> str:
     return "n/a" if x is None else format(x, spec)
 
 
-def _load(load: Optional[List[float]]) -> str:
-    return "n/a" if load is None else " / ".join(f"{x:.2f}" for x in load)
+def _load(load: List[float]) -> str:
+    return " / ".join(f"{x:.2f}" for x in load)
+
+
+def _speed(timings: Dict, unit: str, spec: str) -> List[str]:
+    """The median of ``unit`` per second, and the wall and user-CPU ratios to the reference."""
+    ratios = timings["ratio_to_reference"], timings["user_cpu_ratio_to_reference"]
+    return [format(statistics.median(timings[unit]), spec), *map(_ratio, ratios)]
 
 
 def _setting(record: Dict) -> str:
@@ -92,18 +98,10 @@ def markdown(record: Dict) -> str:
         speed_rows, memory_rows = [], []
         for name in size["variants"]:
             t, g, m = size["train"][name], size["generate"][name], size["memory"][name]
+            faults = f"{statistics.median(t['minor_faults']):.0f}"
             speed_rows.append(
-                [
-                    name,
-                    f"{size['parameters'][name] / 1e6:.1f}",
-                    f"{statistics.median(t['tokens_per_s']):.0f}",
-                    _ratio(t["ratio_to_reference"]),
-                    _ratio(t["user_cpu_ratio_to_reference"]),
-                    f"{statistics.median(t['minor_faults']):.0f}",
-                    f"{statistics.median(g['sentences_per_s']):.2f}",
-                    _ratio(g["ratio_to_reference"]),
-                    _ratio(g["user_cpu_ratio_to_reference"]),
-                ]
+                [name, f"{size['parameters'][name] / 1e6:.1f}", *_speed(t, "tokens_per_s", ".0f"), faults]
+                + _speed(g, "sentences_per_s", ".2f")
             )
             memory_rows.append(
                 [name, f"{m['peak_mb']:.1f}", f"{m['peak_mb_ratio']:.3f}", _number(m["rss_rise_mb"], ".1f")]
@@ -130,7 +128,7 @@ def markdown(record: Dict) -> str:
             "",
         ]
     checks = [
-        [c["size"], c["what"], _number(c["value"], ".3f"), c["target"], "yes" if c["holds"] else "no"]
+        [c["size"], c["what"], f"{c['value']:.3f}", c["target"], "yes" if c["holds"] else "no"]
         for c in target_checks(record)
     ]
     lines += ["## Targets (medians)", "", table(["size", "quantity", "measured", "target", "holds"], checks), ""]
@@ -138,7 +136,6 @@ def markdown(record: Dict) -> str:
 
 
 def write(record: Dict, out_dir: Path) -> None:
-    out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "bench.json").write_text(json.dumps({**record, "targets": TARGETS}, indent=1) + "\n")
     (out_dir / "bench.md").write_text(markdown(record))

@@ -2,7 +2,7 @@
 
 from argparse import Namespace
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence
 
 #: the variant every ratio is taken against
 REFERENCE = "stock-pre"
@@ -25,15 +25,9 @@ class Size:
     gen_batch: int
     gen_len: int
     #: the residual_transformer schemes measured (beside stock Post-LN and Pre-LN); None: all registered
-    schemes: Optional[Tuple[str, ...]] = None
+    schemes: Optional[Sequence[str]] = None
     #: (embed_dim, ffn_dim, heads) instead of the preset's, for the test suite's tiny size
-    width: Optional[Tuple[int, int, int]] = None
-
-    @classmethod
-    def from_dict(cls, fields: Dict) -> "Size":
-        """The inverse of ``dataclasses.asdict`` (JSON turns tuples into lists)."""
-        tuples = {k: tuple(fields[k]) for k in ("schemes", "width") if fields.get(k) is not None}
-        return cls(**{**fields, **tuples})
+    width: Optional[Sequence[int]] = None
 
 
 _DEFAULT_SCHEMES = ("post", "pre", "residual")
