@@ -3,12 +3,11 @@
 Each start of the same ``fairseq-train`` command (``--save-interval-updates 1``, so a save follows
 every update) is killed with SIGKILL either 0-80 ms after its 1st or 2nd "Saving checkpoint to" log
 line or at a random moment since its start (while starting, loading, training, validating; at the
-latest when its 2nd save begins). After each
-kill every ``checkpoint*.pt`` in the save dir must load in full, and the next start must resume
-from the update count recorded in ``checkpoint_last.pt`` (and remove the killed save's ``.tmp``
-files). After the last kill the command runs to its ``--max-update``; its final parameters,
-optimizer state and update count must be bit-identical to one uninterrupted run of the same
-command.
+latest when its 2nd save begins). After each kill every ``checkpoint*.pt`` in the save dir must load
+in full, and the next start must resume from the update count recorded in ``checkpoint_last.pt``
+(and remove the killed save's ``.tmp`` files). After the last kill the command runs to its
+``--max-update``; its final parameters, optimizer state and update count must be bit-identical to
+one uninterrupted run of the same command.
 
 To make many kills affordable, each start is a fork of this process with fairseq and the plugin
 already imported (``fairseq_cli.train.cli_main`` with the command's arguments, one torch thread),
@@ -21,6 +20,7 @@ training writes are real. The reference run is started the same way.
 import argparse
 import json
 import logging
+import math
 import os
 import random
 import re
@@ -44,6 +44,8 @@ from .runner import PLUGIN_DIR
 #: taken at the first update of an epoch is not exact, see results/kill-stress/README.md)
 SIZES = {"small": (2, 64, 128, 2, 512), "large": (2, 256, 1024, 4, 1024)}
 
+#: the share of kills at a random moment, and the latest kill after a save began (s)
+ANYTIME_SHARE, MAX_DELAY = 0.25, 0.08
 SAVING = "Saving checkpoint to"
 SAVED = "Saved checkpoint"
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})", re.M)  # the logging.Formatter's asctime
@@ -103,21 +105,20 @@ def start_training(argv, log_path, in_child: Optional[Callable[[], None]] = None
         os._exit(code)
 
 
-def wait_or_kill(pid, log_path, offset, saves_before_kill=None, delay=0.0, kill_at=None):
+def wait_or_kill(pid, log_path, offset, saves_before_kill=None, delay=0.0, kill_at=math.inf):
     """Watch one start; SIGKILL it ``delay`` s after its n-th save began or at ``kill_at`` (monotonic),
     whichever comes first.
 
     Returns (killed, exit status, this start's log text).
     """
-    due = kill_at
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return False, os.waitstatus_to_exitcode(status), _read(log_path, offset)
         if saves_before_kill is not None and _read(log_path, offset).count(SAVING) >= saves_before_kill:
-            due = min(due, time.monotonic() + delay) if due is not None else time.monotonic() + delay
+            kill_at = min(kill_at, time.monotonic() + delay)
             saves_before_kill = None
-        if due is not None and time.monotonic() >= due:
+        if time.monotonic() >= kill_at:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             return True, -signal.SIGKILL, _read(log_path, offset)
@@ -201,65 +202,58 @@ def _check_resume(report, log, expected_updates, temporary_files):
             report.temporary_files_not_removed.append(f"start {report.starts}: {temporary_files} found")
 
 
-def run_stress(databin, work, kills=20, size="small", max_update=None, seed=1, anytime_share=0.25, max_delay=0.08):
+def run_stress(databin, work, kills=20, size="small", max_update=None, seed=1):
     """Kill ``kills`` starts of one training, finish it, compare with an uninterrupted run."""
     import fairseq_residual  # noqa: F401  (the plugin as --user-dir loads it: imported once, before the forks)
 
+    begin = time.monotonic()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # the checks in this process stay off OpenMP, so that forking it is safe
-    try:
-        return _run_stress(databin, work, kills, size, max_update, seed, anytime_share, max_delay)
-    finally:
-        torch.set_num_threads(threads)
-
-
-def _run_stress(databin, work, kills, size, max_update, seed, anytime_share, max_delay):
-    begin = time.monotonic()
     work = Path(work)
     work.mkdir(parents=True, exist_ok=True)
     max_update = max_update or 2 * kills + 10
     rng = random.Random(seed)
     report = StressReport()
+    try:
+        reference, reference_log = work / "reference", work / "reference.log"
+        _fresh(reference, reference_log)
+        pid = start_training(train_command(databin, reference, size, max_update), reference_log)
+        _, code, log = wait_or_kill(pid, reference_log, 0)
+        if code != 0:
+            raise RuntimeError(f"the uninterrupted run failed ({code}):\n{log[-3000:]}")
+        first_save = _seconds_to_first_save(log)
 
-    reference = work / "reference"
-    reference_log = work / "reference.log"
-    _fresh(reference, reference_log)
-    pid = start_training(train_command(databin, reference, size, max_update), reference_log)
-    _, code, log = wait_or_kill(pid, reference_log, 0)
-    if code != 0:
-        raise RuntimeError(f"the uninterrupted run failed ({code}):\n{log[-3000:]}")
-    first_save = _seconds_to_first_save(log)
-
-    killed = work / "killed"
-    log_path = work / "killed.log"
-    _fresh(killed, log_path)
-    argv = train_command(databin, killed, size, max_update)
-    while True:
-        expected, leftovers = last_updates(killed), len(list(killed.glob("*.tmp")))
-        offset = log_path.stat().st_size if log_path.exists() else 0
-        report.starts += 1
-        pid = start_training(argv, log_path)
-        at_random = report.kills < kills and rng.random() < anytime_share
-        if report.kills >= kills:
-            schedule = {}  # the last start runs to the end
-        elif at_random:
-            # at the latest when the 2nd save begins: a late random moment in a fast start would otherwise
-            # train many updates, and the run could end before it has had its kills
-            schedule = {"kill_at": time.monotonic() + rng.uniform(0, 1.5 * first_save), "saves_before_kill": 2}
-        else:
-            schedule = {"saves_before_kill": rng.randint(1, 2), "delay": rng.uniform(0, max_delay)}
-        is_killed, code, log = wait_or_kill(pid, log_path, offset, **schedule)
-        _check_resume(report, log, expected, leftovers)
-        if not is_killed:
-            if code != 0:
-                report.failed_resumes.append(f"start {report.starts} exited with {code}: {log.strip()[-300:]}")
-            break
-        report.kills += 1
-        if log.rfind(SAVING) > log.rfind(SAVED):
-            report.kills_inside_a_save += 1
-        report.kills_at_random_moments += int(at_random)
-        report.corrupt_files += [f"after kill {report.kills}: {bad}" for bad in unreadable_checkpoints(killed)]
-        report.kills_that_left_temporary_files += int(any(killed.glob("*.tmp")))
+        killed, log_path = work / "killed", work / "killed.log"
+        _fresh(killed, log_path)
+        argv = train_command(databin, killed, size, max_update)
+        while True:
+            expected, leftovers = last_updates(killed), len(list(killed.glob("*.tmp")))
+            offset = log_path.stat().st_size
+            report.starts += 1
+            pid = start_training(argv, log_path)
+            at_random = report.kills < kills and rng.random() < ANYTIME_SHARE
+            if report.kills >= kills:
+                schedule = {}  # the last start runs to the end
+            elif at_random:
+                # at the latest when the 2nd save begins: a late random moment in a fast start would otherwise
+                # train many updates, and the run could end before it has had its kills
+                schedule = {"kill_at": time.monotonic() + rng.uniform(0, 1.5 * first_save), "saves_before_kill": 2}
+            else:
+                schedule = {"saves_before_kill": rng.randint(1, 2), "delay": rng.uniform(0, MAX_DELAY)}
+            is_killed, code, log = wait_or_kill(pid, log_path, offset, **schedule)
+            _check_resume(report, log, expected, leftovers)
+            if not is_killed:
+                if code != 0:
+                    report.failed_resumes.append(f"start {report.starts} exited with {code}: {log.strip()[-300:]}")
+                break
+            report.kills += 1
+            if log.rfind(SAVING) > log.rfind(SAVED):
+                report.kills_inside_a_save += 1
+            report.kills_at_random_moments += int(at_random)
+            report.corrupt_files += [f"after kill {report.kills}: {bad}" for bad in unreadable_checkpoints(killed)]
+            report.kills_that_left_temporary_files += int(any(killed.glob("*.tmp")))
+    finally:
+        torch.set_num_threads(threads)
 
     report.temporary_files_not_removed += [f"after the final run: {p.name}" for p in killed.glob("*.tmp")]
     _compare(report, killed / "checkpoint_last.pt", reference / "checkpoint_last.pt")
@@ -269,38 +263,35 @@ def _run_stress(databin, work, kills, size, max_update, seed, anytime_share, max
 
 def _fresh(save_dir, log_path):
     shutil.rmtree(save_dir, ignore_errors=True)
-    Path(log_path).unlink(missing_ok=True)
+    Path(log_path).write_text("")
 
 
 def _seconds_to_first_save(log) -> float:
     """Seconds from the run's first log line to its first save: the span random kills are drawn from."""
-    if SAVING not in log:
-        return 5.0
     stamps = [datetime.strptime(s, "%Y-%m-%d %H:%M:%S,%f") for s in _STAMP.findall(log[: log.find(SAVING)])]
-    return max(0.5, (stamps[-1] - stamps[0]).total_seconds()) if stamps else 5.0
+    return max(0.5, (stamps[-1] - stamps[0]).total_seconds())
 
 
 def _compare(report, final_path, reference_path):
-    final = torch.load(final_path, map_location="cpu")
-    reference = torch.load(reference_path, map_location="cpu")
+    final, reference = torch.load(final_path, map_location="cpu"), torch.load(reference_path, map_location="cpu")
     report.final_updates = final["optimizer_history"][-1]["num_updates"]
     report.reference_updates = reference["optimizer_history"][-1]["num_updates"]
-    report.parameters_identical = _equal(final["model"], reference["model"])
-    params = [(final["model"][k], reference["model"][k]) for k in reference["model"]]
+    report.parameters_identical = _identical(final["model"], reference["model"])
     report.max_abs_parameter_difference = max(
-        float((a.double() - b.double()).abs().max()) for a, b in params if a.is_floating_point()
+        float((a.double() - reference["model"][k].double()).abs().max())
+        for k, a in final["model"].items()
+        if a.is_floating_point()
     )
-    report.optimizer_state_identical = _equal(final["last_optimizer_state"], reference["last_optimizer_state"])
+    report.optimizer_state_identical = _identical(final["last_optimizer_state"], reference["last_optimizer_state"])
 
 
-def _equal(a, b) -> bool:
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and a.dtype == b.dtype and torch.equal(a, b)
-    if isinstance(a, dict):
-        return isinstance(b, dict) and a.keys() == b.keys() and all(_equal(a[k], b[k]) for k in a)
-    if isinstance(a, (list, tuple)):
-        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_equal(x, y) for x, y in zip(a, b))
-    return a == b
+def _identical(a, b) -> bool:
+    """Nested dicts and lists of the same values and of tensors of the same dtype and values."""
+    try:
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    except (AssertionError, TypeError):
+        return False
+    return True
 
 
 def main(argv=None) -> int:
