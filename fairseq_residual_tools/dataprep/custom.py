@@ -1,15 +1,7 @@
 """Any parallel corpus: the same tokenise -> subword -> binarise pipeline.
 
-Input: line-aligned text files ``<prefix>.<src>`` / ``<prefix>.<tgt>`` for train,
-valid and (optionally) test.
-
-* ``--subword bpe`` (default): Moses tokenisation, optional lowercasing, clean-corpus
-  on train (1 to ``--max-len`` tokens, ratio ``--ratio``; ``--max-len 0`` keeps all),
-  joint BPE (subword-nmt) learned on train.
-* ``--subword sentencepiece``: a joint SentencePiece model trained on train, applied
-  to raw text (add ``--tokenize moses`` to tokenise first).
-
-The output is ``bin/`` (joined dictionary, both directions usable) and ``text/``.
+Input: line-aligned ``<prefix>.<src>`` / ``<prefix>.<tgt>`` files for train, valid and (optionally) test;
+the steps of ``--subword bpe`` and ``--subword sentencepiece``: data-prep/README.md.
 """
 
 import re

@@ -1,20 +1,14 @@
-"""Resumable, checksum-verified downloads of the corpora's release archives.
+"""Resumable, checksum-verified downloads of the corpora's release archives listed in ``checksums.json``.
 
-Every known archive has an entry in ``checksums.json``: file name, default URL, size, and the
-sha256 where a reliable public record of it exists (each entry's ``source`` says where from).
-A download goes to ``<name>.part`` and resumes from its length on the next try (HTTP ``Range``;
-``file://`` URLs and plain paths are read from the same offset); it is checked against the size,
-then the sha256 (or the md5 where only that is on record), and renamed to ``<name>`` only once
-verified. A truncated or mismatching file becomes ``<name>.corrupt`` and is never extracted.
-An archive without a recorded checksum is refused until its first user pins one with
-``--record-checksum`` (commit the checksums file so the next user is checked against it).
-
-Mirrors: ``--base-url`` or the recipe's ``*_BASE_URL`` replaces the folder part of every URL
-(``https://...``, ``file:///...`` or a local folder); ``--checksums`` or
-``FAIRSEQ_RESIDUAL_CHECKSUMS`` names another checksums file.
+A download goes to ``<name>.part`` and resumes from its length on the next try (HTTP ``Range``; ``file://``
+URLs and plain paths are read from the same offset). It becomes ``<name>`` only once its size and sha256 (or
+md5, where only that is on record) match, and ``<name>.corrupt`` if they do not; an archive without a recorded
+checksum is refused until ``--record-checksum`` pins one. Mirrors and the sources of the checksums:
+"Downloads" in data-prep/README.md.
 """
 
 import hashlib
+import io
 import json
 import logging
 import os
@@ -27,7 +21,7 @@ from typing import Optional
 from urllib.parse import unquote, urlparse
 
 from ..errors import DataError
-from .formats import atomic_outputs, progress_bar
+from .formats import progress_bar, write_json
 
 logger = logging.getLogger(__name__)
 
@@ -65,17 +59,7 @@ class Checksums:
     def record(self, name: str, sha256: str, size: int):
         entry = self.data.setdefault("archives", {}).setdefault(name, {})
         entry.update(sha256=sha256, size=size, source="pinned with --record-checksum by the first download")
-        with atomic_outputs([self.path]) as (tmp,):
-            tmp.write_text(json.dumps(self.data, indent=1, sort_keys=True) + "\n", encoding="utf-8")
-
-
-def _local_path(url: str) -> Optional[Path]:
-    parsed = urlparse(url)
-    if parsed.scheme == "file":
-        return Path(unquote(parsed.path))
-    if parsed.scheme == "":
-        return Path(url)
-    return None
+        write_json(self.path, self.data, sort_keys=True)
 
 
 def _blocks(f, progress):
@@ -85,57 +69,45 @@ def _blocks(f, progress):
         yield block
 
 
-def _append(src, part: Path, progress):
-    with open(part, "ab") as out:
-        out.writelines(_blocks(src, progress))
+def _open(url: str, offset: int):
+    """``url`` read from byte ``offset``, and the offset it really starts at: 0 where a server ignores the range."""
+    parsed = urlparse(url)
+    if parsed.scheme in ("", "file"):
+        local = Path(unquote(parsed.path) if parsed.scheme else url)
+        if not local.is_file():
+            raise DataError(f"missing file {local} (from URL {url})")
+        f = open(local, "rb")
+        f.seek(offset)
+        return f, offset
+    request = urllib.request.Request(url, headers={"User-Agent": "fairseq_residual-dataprep"})
+    if offset:
+        request.add_header("Range", f"bytes={offset}-")
+    try:
+        response = urllib.request.urlopen(request, timeout=60)
+    except urllib.error.HTTPError as e:
+        if e.code == 416 and offset:  # nothing left to fetch: the part file is complete
+            return io.BytesIO(), offset
+        raise DataError(f"download of {url} failed: HTTP {e.code} {e.reason}") from None
+    except (urllib.error.URLError, OSError) as e:
+        raise DataError(
+            f"download of {url} failed: {getattr(e, 'reason', e)}; re-run to resume, or point --base-url to a mirror"
+        ) from None
+    return response, offset if response.status == 206 else 0
 
 
 def _transfer(url: str, part: Path, total: Optional[int], quiet: bool):
     """Append the rest of ``url`` to ``part`` (which may hold a prefix already)."""
     offset = part.stat().st_size if part.exists() else 0
-    desc = f"download {part.name[:-5]}"
-    progress = progress_bar(desc, total=total, unit="B", quiet=quiet, start=offset)
-    local = _local_path(url)
-    try:
-        if local is not None:
-            if not local.is_file():
-                raise DataError(f"missing file {local} (from URL {url})")
-            with open(local, "rb") as src:
-                src.seek(offset)
-                _append(src, part, progress)
-            return
-        request = urllib.request.Request(url, headers={"User-Agent": "fairseq_residual-dataprep"})
-        if offset:
-            request.add_header("Range", f"bytes={offset}-")
-        try:
-            response = urllib.request.urlopen(request, timeout=60)
-        except urllib.error.HTTPError as e:
-            if e.code == 416 and offset:  # nothing left to fetch: the part file is complete
-                return
-            raise DataError(f"download of {url} failed: HTTP {e.code} {e.reason}") from None
-        except (urllib.error.URLError, OSError) as e:
-            raise DataError(
-                f"download of {url} failed: {getattr(e, 'reason', e)}; "
-                "re-run to resume, or point --base-url to a mirror"
-            ) from None
-        with response:
-            if offset and response.status != 206:  # server ignored the range: start again
-                logger.info("%s: server does not resume, restarting the download", url)
-                part.unlink()
-                progress = progress_bar(desc, total=total, unit="B", quiet=quiet)
-            _append(response, part, progress)
-    finally:
-        progress.close()
+    source, start = _open(url, offset)
+    if start != offset:
+        logger.info("%s: server does not resume, restarting the download", url)
+        part.unlink()
+    progress = progress_bar(f"download {part.name[:-5]}", total=total, unit="B", quiet=quiet, start=start)
+    with source, progress, open(part, "ab") as out:
+        out.writelines(_blocks(source, progress))
 
 
-def fetch(
-    archive: Archive,
-    dest_dir: Path,
-    checksums: Checksums,
-    base_url: Optional[str] = None,
-    record_checksum=False,
-    quiet=False,
-) -> Path:
+def fetch(archive: Archive, dest_dir: Path, checksums: Checksums, base_url=None, record_checksum=False, quiet=False):
     """Download (or resume) ``archive`` into ``dest_dir`` and return the verified file."""
     dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
@@ -167,8 +139,8 @@ def verify(archive: Archive, path: Path, checksums: Checksums, record_checksum=F
     expected = archive.sha256 or archive.md5  # the md5 only where no sha256 is on record
     algorithm = "md5" if expected and not archive.sha256 else "sha256"
     h = hashlib.new(algorithm)
-    with open(path, "rb") as f:
-        for block in _blocks(f, progress_bar(f"{algorithm} {archive.name}", total=size, unit="B", quiet=quiet)):
+    with open(path, "rb") as f, progress_bar(f"{algorithm} {archive.name}", total=size, unit="B", quiet=quiet) as bar:
+        for block in _blocks(f, bar):
             h.update(block)
     digest = h.hexdigest()
     if expected is None:

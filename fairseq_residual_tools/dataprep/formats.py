@@ -1,9 +1,7 @@
 """Reading and writing text: UTF-8 lines that name the file and line of a bad byte, outputs that
 appear only when complete (``atomic_outputs``), progress bars, and the release formats -- IWSLT's
-tagged training text and the ``<seg id="N">`` lines of IWSLT's XML and WMT's SGML test sets.
-
-The release readers follow fairseq's recipes line for line (``grep``/``sed`` there), so that
-the prepared text has the recipe's line counts.
+tagged training text and the ``<seg id="N">`` lines of IWSLT's XML and WMT's SGML test sets, read
+as fairseq's recipes' ``grep``/``sed`` do, so that the prepared text has the recipe's line counts.
 """
 
 import itertools
@@ -143,5 +141,5 @@ def write_lines(path: Path, lines: List[str]):
         f.writelines(line + "\n" for line in lines)
 
 
-def write_json(path: Path, value):
-    write_lines(path, [json.dumps(value, indent=1)])
+def write_json(path: Path, value, sort_keys=False):
+    write_lines(path, [json.dumps(value, indent=1, sort_keys=sort_keys)])

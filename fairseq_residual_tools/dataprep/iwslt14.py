@@ -15,13 +15,7 @@ ARCHIVE = "de-en.tgz"
 LANGS = ("de", "en")
 PAIR = "de-en"
 SPLITS = ("train", "valid", "test")
-TEST_SETS = (
-    "IWSLT14.TED.dev2010",
-    "IWSLT14.TEDX.dev2012",
-    "IWSLT14.TED.tst2010",
-    "IWSLT14.TED.tst2011",
-    "IWSLT14.TED.tst2012",
-)
+TEST_SETS = [f"IWSLT14.{name}" for name in ("TED.dev2010", "TEDX.dev2012", "TED.tst2010", "TED.tst2011", "TED.tst2012")]
 EXPECTED_PAIRS = {"train": 160239, "valid": 7283, "test": 6750}
 VALID_EVERY = 23
 # what the recipe reads from the archive

@@ -1,16 +1,8 @@
-"""Python equivalents of the Moses scripts that fairseq's recipes call.
-
-| Moses script                      | here                                             |
-|-----------------------------------|--------------------------------------------------|
-| tokenizer/normalize-punctuation   | sacremoses ``MosesPunctNormalizer`` (perl parity) |
-| tokenizer/remove-non-printing-char| ``remove_non_printing``: ``s/\\p{C}/ /g``          |
-| tokenizer/tokenizer.perl [-a]     | sacremoses ``MosesTokenizer`` (escaping on, as    |
-|                                   | the Perl default: ``'`` -> ``&apos;``)            |
-| tokenizer/lowercase.perl          | ``str.lower``                                     |
-| training/clean-corpus-n.perl      | ``clean_corpus``                                  |
-
-``process_file`` runs a chain of these over a file with ``workers`` processes,
-keeping the line order, and writes the output under a temporary name first.
+"""Python equivalents of the Moses scripts that fairseq's recipes call: ``normalize-punctuation.perl``
+and ``tokenizer.perl [-a]`` are sacremoses (Perl parity; escaping on, as the Perl default: ``'`` -> ``&apos;``),
+``remove-non-printing-char.perl`` is ``remove_non_printing``, ``lowercase.perl`` is ``str.lower`` and
+``clean-corpus-n.perl`` is ``clean_corpus``. ``process_file`` runs a chain of them over a file with
+``workers`` processes, in line order.
 """
 
 import itertools
@@ -19,7 +11,7 @@ import os
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List
+from typing import Callable, List
 
 from ..errors import DataError
 from .formats import atomic_outputs, progress_bar, utf8_chunks, utf8_lines
@@ -44,54 +36,52 @@ class TextSteps:
     lowercase: bool = False
 
 
-class _Processor:
-    def __init__(self, steps: TextSteps):
-        from sacremoses import MosesPunctNormalizer, MosesTokenizer
+def _processor(steps: TextSteps) -> Callable[[str], str]:
+    from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
-        self.steps = steps
-        self.normalizer = MosesPunctNormalizer(lang=steps.lang, penn=False, perl_parity=True)
-        self.tokenizer = MosesTokenizer(lang=steps.lang)
+    normalizer = MosesPunctNormalizer(lang=steps.lang, penn=False, perl_parity=True)
+    tokenizer = MosesTokenizer(lang=steps.lang)
 
-    def __call__(self, line: str) -> str:
-        s = self.steps
+    def process(line: str) -> str:
         line = line.rstrip("\n")
-        if s.normalize_punctuation:
-            line = self.normalizer.normalize(line)
-        if s.remove_non_printing:
+        if steps.normalize_punctuation:
+            line = normalizer.normalize(line)
+        if steps.remove_non_printing:
             line = remove_non_printing(line)
-        if s.tokenize:
+        if steps.tokenize:
             # escape=True: tokenizer.perl escapes unless -no-escape, and fairseq's recipes keep that
-            line = self.tokenizer.tokenize(
-                line, aggressive_dash_splits=s.aggressive_dash_splits, escape=True, return_str=True
+            line = tokenizer.tokenize(
+                line, aggressive_dash_splits=steps.aggressive_dash_splits, escape=True, return_str=True
             )
-        if s.lowercase:
+        if steps.lowercase:
             line = line.lower()
         return line
 
+    return process
 
-_worker = None
+
+_worker = None  # a worker process's _processor
 
 
 def _init_worker(steps):
     global _worker
-    _worker = _Processor(steps)
+    _worker = _processor(steps)
 
 
 def _process_chunk(lines: List[str]) -> List[str]:
     return [_worker(line) for line in lines]
 
 
-def process_lines(steps: TextSteps, lines):
+def process_lines(steps: TextSteps, lines) -> List[str]:
     """Apply ``steps`` in this process (for short inputs such as test sets)."""
-    processor = _Processor(steps)
-    return [processor(line) for line in lines]
+    return list(map(_processor(steps), lines))
 
 
 def process_file(steps: TextSteps, inp: Path, out: Path, workers=1, quiet=False):
     """Write ``steps`` applied to every line of ``inp`` to ``out`` (atomically)."""
-    progress = progress_bar(Path(out).name, quiet=quiet)
     chunks = utf8_chunks(inp, 2000)
-    with atomic_outputs([out]) as (tmp,), open(tmp, "w", encoding="utf-8") as g:
+    progress = progress_bar(Path(out).name, quiet=quiet)
+    with progress, atomic_outputs([out]) as (tmp,), open(tmp, "w", encoding="utf-8") as g:
         if workers > 1:
             ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
             with ctx.Pool(workers, initializer=_init_worker, initargs=(steps,)) as pool:
@@ -99,11 +89,10 @@ def process_file(steps: TextSteps, inp: Path, out: Path, workers=1, quiet=False)
                     g.write("\n".join(result) + "\n")
                     progress.update(len(result))
         else:
-            processor = _Processor(steps)
+            process = _processor(steps)
             for chunk in chunks:
-                g.write("\n".join(processor(line) for line in chunk) + "\n")
+                g.write("\n".join(map(process, chunk)) + "\n")
                 progress.update(len(chunk))
-    progress.close()
 
 
 def clean_corpus(prefix_in: str, l1: str, l2: str, prefix_out: str, min_len: int, max_len: int, ratio: float) -> int:

@@ -1,7 +1,7 @@
 """The shared tokenise -> subword -> binarise steps, and the ``Stages`` that run a recipe's steps.
 
-Every step writes its outputs under temporary names and renames them when complete
-(``atomic_outputs``), so an interrupted run never leaves a file that looks finished.
+Every step writes its outputs under temporary names and renames them when complete (``atomic_outputs``),
+so an interrupted run never leaves a file that looks finished.
 """
 
 import json
@@ -27,13 +27,12 @@ def stage_done(outputs: Iterable[Path], force: bool) -> bool:
 class Stages:
     """Run named stages in order, each skipped only when its output is known to be current.
 
-    A stage is made from options (those that change its output, e.g. ``bpe_merges``) and
-    inputs (files the run does not write itself: raw text, archives); ``record_file``
-    (``OUT/stages.json``) keeps that record of every completed stage. A later run skips a
-    stage only when its outputs exist, its record is the same, and no earlier stage of this
-    run was redone: a stage may read what any earlier one wrote, so once one is redone, every
-    later one is too (the first difference is logged as a warning). Output without a record
-    is redone; ``force`` redoes every stage.
+    A stage is made from options (those that change its output, e.g. ``bpe_merges``) and inputs (files
+    the run does not write itself: raw text, archives); ``record_file`` (``OUT/stages.json``) keeps that
+    record of every completed stage. A later run skips a stage only when its outputs exist, its record is
+    the same, and no earlier stage of this run was redone: a stage may read what any earlier one wrote, so
+    once one is redone, every later one is too (the first difference is logged as a warning). Output
+    without a record is redone; ``force`` redoes every stage.
     """
 
     def __init__(self, record_file: Path, force=False):
@@ -66,8 +65,7 @@ class Stages:
         self.ran.append(name)
         self.records[name] = record
         self.record_file.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_outputs([self.record_file]) as (tmp,):
-            tmp.write_text(json.dumps(self.records, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+        write_json(self.record_file, self.records, sort_keys=True)
 
     def _redo_reason(self, name, outputs, record) -> Optional[str]:
         """None when the stage can be skipped; otherwise why not ("" when it is simply not done yet)."""
@@ -274,12 +272,11 @@ def apply_sentencepiece(model: Path, inp: Path, out: Path, workers=1, quiet=True
 
     sp = spm.SentencePieceProcessor(model_file=str(model))
     progress = progress_bar(Path(out).name, quiet=quiet)
-    with atomic_outputs([out]) as (tmp,), open(tmp, "w", encoding="utf-8") as g:
+    with progress, atomic_outputs([out]) as (tmp,), open(tmp, "w", encoding="utf-8") as g:
         for chunk in utf8_chunks(inp, 10000):
             pieces = sp.encode([line.rstrip("\n") for line in chunk], out_type=str, num_threads=workers)
             g.writelines(" ".join(p) + "\n" for p in pieces)
             progress.update(len(chunk))
-    progress.close()
 
 
 def sentencepiece_dictionary(vocab: Path, out: Path):
