@@ -1,29 +1,27 @@
 """CPU-scale depth x warmup study: a small analogue of the paper's warmup-ablation table.
 
-For every scheme, depth (E{L}D{L}), warmup setting and seed, ``fairseq-train``
-trains a small model on the embedded synthetic corpus (the demo's data pipeline
-and training command), ``fairseq-generate`` translates the test set and sacrebleu
-scores the detokenised output. Each run records its final validation loss, test
-BLEU and the verdict of ``training_log.divergence`` -- the project's one rule for
-"fails". ``results/cpu-study/`` gets the table in the paper's shape, training
-curves and every number.
+For every scheme, depth (E{L}D{L}), warmup setting and seed, ``fairseq-train`` trains a small model on
+the embedded synthetic corpus (the demo's data and training command), ``fairseq-generate`` translates
+the test set and sacrebleu scores the detokenised output; "fails" is ``training_log.divergence``, the
+project's one rule. ``results/cpu-study/`` gets the table in the paper's shape, curves and every number.
 
-"Warmup off" keeps the peak learning rate and the schedule's shape: inverse_sqrt starts
-*at* the peak (``--warmup-init-lr`` = peak) instead of rising from 1e-7, stays there for
-``--warmup`` updates and then decays as with warmup (peak * sqrt(warmup / update)).
+"Warmup off" keeps the peak learning rate and the schedule's shape: inverse_sqrt starts *at* the peak
+(``--warmup-init-lr`` = peak) instead of rising from 1e-7, stays there for ``--warmup`` updates and
+then decays as with warmup (peak * sqrt(warmup / update)).
 
-Resumable: a finished run leaves ``result.json`` in its folder and is skipped;
-an interrupted one resumes from its ``checkpoint_last.pt`` (fairseq's own restore).
+Resumable: a finished run leaves ``result.json`` in its folder and is skipped; an interrupted one
+resumes from its ``checkpoint_last.pt`` (fairseq's own restore).
 """
 
 import argparse
+import itertools
 import json
 import statistics
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
-from itertools import product
+from functools import partial
 from pathlib import Path
 from typing import Dict, List, Sequence
 
@@ -36,7 +34,6 @@ from ..training_log import RULE as FAILS_RULE
 from ..training_log import json_record, log_span, outcome
 
 ROOT = Path(__file__).resolve().parents[2]
-STUDIED_SCHEMES = ("post", "pre", "residual")
 #: the command-line settings that go into every run's fairseq-train command
 TRAINING_SETTINGS = ("dim", "lr", "warmup", "max_tokens", "max_update", "validate_every", "log_interval")
 
@@ -55,36 +52,29 @@ class RunSpec:
 
 def grid(schemes: Sequence[str], depths: Sequence[int], seeds: Sequence[int]) -> List[RunSpec]:
     """Every run of the study, shallow models first (so partial results cover whole cells)."""
-    order = product(depths, (True, False), schemes, seeds)
+    order = itertools.product(depths, (True, False), schemes, seeds)
     return [RunSpec(scheme, layers, warmup, seed) for layers, warmup, scheme, seed in order]
 
 
 def training_command(databin, save_dir, spec: RunSpec, settings) -> List[str]:
-    """fairseq-train for this run; "warmup off" starts inverse_sqrt at the peak lr."""
+    """fairseq-train for this run; "warmup off" starts inverse_sqrt at the peak lr (module docstring)."""
     options = {key: getattr(settings, key) for key in TRAINING_SETTINGS}
     if not spec.warmup:
         options["warmup_init_lr"] = settings.lr
     return train_command(databin, save_dir, scheme=spec.scheme, layers=spec.layers, seed=spec.seed, **options)
 
 
-def print_validations(label: str):
-    """An ``on_line`` callback printing each validation loss of a training as progress."""
-
-    def progress(line: str):
-        record = json_record(line)
-        if record is not None and "valid_loss" in record:
-            update, loss = record.get("valid_num_updates"), record["valid_loss"]
-            print(f"    [{label}] update {update}: valid loss {loss}", flush=True)
-
-    return progress
+def print_validation(name: str, line: str):
+    """With ``name`` bound, an ``on_line`` callback printing each validation loss of a training as progress."""
+    record = json_record(line)
+    if record is not None and "valid_loss" in record:
+        update, loss = record.get("valid_num_updates"), record["valid_loss"]
+        print(f"    [{name}: fairseq-train] update {update}: valid loss {loss}", flush=True)
 
 
 def run_one(spec: RunSpec, data, refs, settings, runs_dir: Path) -> Dict:
-    """Train (unless ``result.json`` says it was), then judge and score the run.
-
-    The verdict, curves and time are always re-read from the run's log, so the table follows
-    the current shared ``divergence`` rule; a run that trained is decoded once.
-    """
+    """Train (unless ``result.json`` says it was), then judge and score the run. The verdict, curves and
+    time are re-read from the log every time, so the table follows the current ``divergence`` rule."""
     save_dir = runs_dir / spec.name
     result_file = save_dir / "result.json"
     if result_file.exists():
@@ -92,7 +82,7 @@ def run_one(spec: RunSpec, data, refs, settings, runs_dir: Path) -> Dict:
     else:
         save_dir.mkdir(parents=True, exist_ok=True)
         cmd = training_command(data.databin, save_dir, spec, settings)
-        run_training(cmd, save_dir / "train.out", spec.name, on_line=print_validations(f"{spec.name}: fairseq-train"))
+        run_training(cmd, save_dir / "train.out", spec.name, on_line=partial(print_validation, spec.name))
         result = dict(
             **asdict(spec),
             name=spec.name,
@@ -221,7 +211,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--work", default=str(ROOT / "work" / "cpu-study"), help="data and checkpoints")
     p.add_argument("--out", default=str(ROOT / "results" / "cpu-study"), help="report folder")
-    p.add_argument("--schemes", nargs="+", default=list(STUDIED_SCHEMES))
+    p.add_argument("--schemes", nargs="+", default=["post", "pre", "residual"])
     p.add_argument("--depths", type=int, nargs="+", default=[6, 12])
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     p.add_argument("--jobs", type=int, default=3, help="runs trained at the same time (one thread each)")
@@ -242,21 +232,20 @@ def parse_args(argv=None):
 def run_all(specs: List[RunSpec], data, refs, args, started: float) -> List[Dict]:
     """Run the grid with ``args.jobs`` concurrent fairseq processes, printing progress."""
     runs_dir = Path(args.work) / "runs"
-    done = [0]
+    done = itertools.count(1)
 
     def one(spec):
-        finished = (runs_dir / spec.name / "result.json").exists()
-        if not finished:
+        skipped = " (done earlier, skipped)" if (runs_dir / spec.name / "result.json").exists() else ""
+        if not skipped:
             print(f"[start] {spec.name} | {(time.time() - started) / 60:.1f} min elapsed", flush=True)
         try:
             result = run_one(spec, data, refs, args, runs_dir)
         except RunError as err:
             print(f"[error] {err}", flush=True)
             return None
-        done[0] += 1
         print(
-            f"[{done[0]}/{len(specs)}] {spec.name}{' (done earlier, skipped)' if finished else ''}: "
-            f"fails={result['fails']}, valid loss {result['final_valid_loss']}, BLEU {result['bleu']}, "
+            f"[{next(done)}/{len(specs)}] {spec.name}{skipped}: fails={result['fails']}, "
+            f"valid loss {result['final_valid_loss']}, BLEU {result['bleu']}, "
             f"{result['train_seconds']:.0f} s training | {(time.time() - started) / 60:.1f} min elapsed",
             flush=True,
         )
@@ -272,6 +261,7 @@ def run_all(specs: List[RunSpec], data, refs, args, started: float) -> List[Dict
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
     started = time.time()
     work, out = Path(args.work), Path(args.out)
@@ -280,15 +270,12 @@ def main(argv=None):
     )
     refs = [line.rstrip("\n") for line in open(f"{data.raw_prefixes['test']}.{TGT}", encoding="utf-8")]
     results = run_all(grid(args.schemes, args.depths, args.seeds), data, refs, args, started)
-    settings = {k: v for k, v in vars(args).items() if k not in ("work", "out")}
     spans = [log_span(work / "runs" / r["name"] / "train.out") for r in results]
     first = min((a for a, _ in spans if a), default=None)
     last = max((b for _, b in spans if b), default=None)
     meta = dict(
-        command=" ".join(
-            ["nice -n 5 .venv/bin/python scripts/cpu_study.py"] + (argv if argv is not None else sys.argv[1:])
-        ),
-        settings=settings,
+        command=" ".join(["nice -n 5 .venv/bin/python scripts/cpu_study.py", *argv]),
+        settings={k: v for k, v in vars(args).items() if k not in ("work", "out")},
         provenance=provenance(),
         wall_seconds=round(time.time() - started, 1),
         study_minutes=(last - first).total_seconds() / 60 if first else 0.0,
@@ -296,9 +283,3 @@ def main(argv=None):
     write_report(results, meta, out)
     print(ablation_table(results, "bleu", 2))
     return results
-
-
-if __name__ == "__main__":
-    from ..errors import exit_on_user_error
-
-    sys.exit(exit_on_user_error(main))
