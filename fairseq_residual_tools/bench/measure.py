@@ -1,11 +1,4 @@
-"""Measuring the sizes: speed and memory of every variant, each size in fresh processes.
-
-Variants run in interleaved rounds (A B C A B C ...), so slow phases of a shared machine hit every
-variant alike, and a variant's speed ratio is taken within one round. Beside wall time, each run
-records the process's user and system CPU time and its minor page faults: on CPU, glibc's malloc may
-hand freed memory back to the kernel and map it in again, which shows up in system time and page
-faults, not in the arithmetic (user time).
-"""
+"""Measuring the sizes: speed and memory of every variant, each size in fresh processes."""
 
 import functools
 import gc
@@ -28,12 +21,16 @@ _stderr = functools.partial(print, file=sys.stderr, flush=True)
 
 
 def interleaved(
-    jobs: Dict[str, Callable[[], object]], warmup: int, reps: int, wait: Callable[[], None] = lambda: None
+    jobs: Dict[str, Callable[[], object]], warmup: int, reps: int, wait: Callable[[], None]
 ) -> Dict[str, Dict[str, List[float]]]:
-    """``warmup`` untimed rounds, then ``reps`` timed rounds of one run of every job, in the given order;
-    each run ends with ``wait()``, which returns once the device has done the run's work.
+    """``warmup`` untimed rounds, then ``reps`` timed rounds, each one run of every job in the given order,
+    every run ended by ``wait()`` (which returns once the device has done its work); per job the TIMING_KEYS
+    of each timed round.
 
-    Returns per job the TIMING_KEYS of each timed round. The garbage collector runs between rounds,
+    Interleaving makes slow phases of a shared machine hit every variant alike, and a variant's speed ratio
+    is taken within one round. Beside wall time, user and system CPU time and minor page faults: on CPU,
+    glibc's malloc may hand freed memory back to the kernel and map it in again, which shows up in system
+    time and page faults, not in the arithmetic (user time). The garbage collector runs between rounds,
     never inside one (a full collection costs about 0.2 s with fairseq's objects alive).
     """
     times = {name: {key: [] for key in TIMING_KEYS} for name in jobs}
@@ -119,7 +116,7 @@ def measure_size(
     import torch
 
     from .memory import memory_probe, release_free_memory, with_ratios
-    from .steps import BEAM, Generation, SyntheticTask, TrainingStep, synthetic_batch
+    from .steps import BEAM, SyntheticTask, TrainingStep, generation, synthetic_batch
 
     gen_reps = reps if gen_reps is None else gen_reps
     # a GPU runs kernels asynchronously: a timed run ends once the device has done its work
@@ -150,7 +147,7 @@ def measure_size(
     release_free_memory()
 
     log(f"[{size.name}] layout {layout + 1}: generation, beam {BEAM}, {size.gen_batch} x {size.gen_len} tokens")
-    gens = {n: Generation(m, task, gen_sample, size.gen_len) for n, m in models.items()}
+    gens = {n: generation(m, task, gen_sample, size.gen_len) for n, m in models.items()}
     lengths = {n: sorted({len(h["tokens"]) for hyps in g() for h in hyps}) for n, g in gens.items()}
     times = interleaved(gens, warmup=warmup, reps=gen_reps, wait=wait)
     result["generate"] = speed_table(times, size.gen_batch, "sentences_per_s")

@@ -43,8 +43,7 @@ def saved_for_backward_bytes(forward: Callable[[], torch.Tensor], exclude: Itera
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        out = forward()
-    del out
+        forward()
     return sum(storages.values())
 
 

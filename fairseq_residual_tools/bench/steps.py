@@ -1,6 +1,7 @@
 """The work that is timed, on synthetic batches: one training step, and beam search of a fixed length."""
 
-from typing import Dict
+import functools
+from typing import Callable, Dict, List
 
 import torch
 from fairseq.criterions.label_smoothed_cross_entropy import label_smoothed_nll_loss
@@ -80,16 +81,10 @@ class TrainingStep:
         return saved_for_backward_bytes(self.loss, self.model.parameters())
 
 
-class Generation:
-    """fairseq's SequenceGenerator over a fixed batch, incremental decoding; ``min_len`` = ``max_len``,
-    so every model decodes ``length`` tokens + EOS whatever its (random) weights prefer."""
-
-    def __init__(self, model, task, sample, length: int):
-        self.model = model.eval()
-        self.sample = {"net_input": {k: sample["net_input"][k] for k in ("src_tokens", "src_lengths")}}
-        self.generator = SequenceGenerator(
-            [model], task.target_dictionary, beam_size=BEAM, min_len=length, max_len_a=0, max_len_b=length
-        )
-
-    def __call__(self):
-        return self.generator.generate([self.model], self.sample)
+def generation(model, task, sample, length: int) -> Callable[[], List]:
+    """Beam search by fairseq's SequenceGenerator over ``sample``, incremental decoding; ``min_len`` =
+    ``max_len``, so every model decodes ``length`` tokens + EOS whatever its (random) weights prefer."""
+    generator = SequenceGenerator(
+        [model.eval()], task.target_dictionary, beam_size=BEAM, min_len=length, max_len_a=0, max_len_b=length
+    )
+    return functools.partial(generator.generate, [model], sample)

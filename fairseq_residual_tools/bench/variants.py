@@ -89,8 +89,8 @@ def model_args(size: Size) -> Dict:
     return args
 
 
-def build_variant(variant: Variant, size: Size, task, seed: int = 0, device: str = "cpu"):
-    """The variant's model at ``size`` for ``task``'s dictionaries, initialised from ``seed`` on the CPU
+def build_variant(variant: Variant, size: Size, task, device: str = "cpu"):
+    """The variant's model at ``size`` for ``task``'s dictionaries, initialised from seed 0 on the CPU
     (the same weights on every device) and moved to ``device``."""
     import torch
     from fairseq.models import ARCH_MODEL_REGISTRY
@@ -104,5 +104,5 @@ def build_variant(variant: Variant, size: Size, task, seed: int = 0, device: str
     else:
         arch = "residual_transformer"
         args.update(residual_scheme=variant.scheme)
-    torch.manual_seed(seed)
+    torch.manual_seed(0)
     return ARCH_MODEL_REGISTRY[arch].build_model(Namespace(arch=arch, **args), task).to(device)
