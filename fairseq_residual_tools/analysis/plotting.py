@@ -134,11 +134,10 @@ def plot_versus_depth(runs, path):
                 depths = sorted({r["layers"] for r in runs if r["scheme"] == scheme})
                 stats = []
                 for depth in depths:
-                    cell = [r[side][metric] for r in runs if (r["scheme"], r["layers"]) == (scheme, depth)]
-                    values = [value(v) for v in cell if v]
-                    stats.append((depth, statistics.fmean(values), statistics.pstdev(values)))
-                xs, ms, ss = zip(*stats)
-                ax.errorbar(xs, ms, yerr=ss, marker="o", capsize=3, color=colors[scheme], label=scheme)
+                    values = [value(r[side][metric]) for r in runs if (r["scheme"], r["layers"]) == (scheme, depth)]
+                    stats.append((statistics.fmean(values), statistics.pstdev(values)))
+                means, stds = zip(*stats)
+                ax.errorbar(depths, means, yerr=stds, marker="o", capsize=3, color=colors[scheme], label=scheme)
             ax.set(yscale="log", xlabel="layers per stack N", ylabel=label, title=side)
             ax.grid(alpha=0.3)
     fig.suptitle("Probes at initialisation versus depth (mean ± std over seeds)")

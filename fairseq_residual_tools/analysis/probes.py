@@ -27,6 +27,7 @@ for T-Fixup (no LayerNorm) the raw stream.
 
 import argparse
 import dataclasses
+import itertools
 import json
 import math
 import statistics
@@ -80,20 +81,12 @@ def build_at_init(task, scheme: str, layers: int, dim: int, heads: int, ffn: int
     return ResidualTransformerModel.build_model(cfg, task).eval()
 
 
-def load_checkpoint(path, databin=None):
-    """(model, task) of a fairseq checkpoint; ``databin`` replaces the data path it recorded."""
-    from fairseq import checkpoint_utils
-
-    overrides = {"data": str(databin)} if databin else None
-    models, _cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides=overrides)
-    return models[0].eval(), task
-
-
 def _capture_sublayer_inputs(layers, store: List):
-    """Forward pre-hooks recording the query each layer gives its self-attention (T x B x C)."""
+    """Forward pre-hooks recording the query each layer gives its self-attention (T x B x C; fairseq's
+    layers pass it by keyword)."""
 
     def record(index, module, args, kwargs):
-        store[index] = (kwargs["query"] if "query" in kwargs else args[0]).detach()
+        store[index] = kwargs["query"].detach()
 
     return [
         layer.self_attn.register_forward_pre_hook(partial(record, i), with_kwargs=True)
@@ -325,23 +318,26 @@ def probe_fresh_models(data, args) -> List[Dict]:
     task = translation_task(data)
     batch = load_batch(task, args.split, args.sentences)
     runs = []
-    for scheme in args.schemes:
-        for layers in args.depths:
-            for seed in args.seeds:
-                model = build_at_init(task, scheme, layers, args.dim, args.heads, args.ffn, seed)
-                runs.append(dict(scheme=scheme, layers=layers, seed=seed, **probe(model, batch)))
-                grads = runs[-1]["decoder"]["grad_norm"]
-                print(
-                    f"{scheme:>10} N={layers:<3} seed {seed}: loss {runs[-1]['loss']:.3f}, "
-                    f"decoder grad bottom/top {grads[0] / grads[-1]:.3g}"
-                )
+    for scheme, layers, seed in itertools.product(args.schemes, args.depths, args.seeds):
+        model = build_at_init(task, scheme, layers, args.dim, args.heads, args.ffn, seed)
+        runs.append(dict(scheme=scheme, layers=layers, seed=seed, **probe(model, batch)))
+        grads = runs[-1]["decoder"]["grad_norm"]
+        print(
+            f"{scheme:>10} N={layers:<3} seed {seed}: loss {runs[-1]['loss']:.3f}, "
+            f"decoder grad bottom/top {grads[0] / grads[-1]:.3g}"
+        )
     return runs
 
 
 def probe_checkpoints(data, args) -> List[Dict]:
+    """Each ``--checkpoint`` on a batch of its own task; ``data``, if given, replaces the data-bin it recorded."""
+    from fairseq import checkpoint_utils
+
     runs = []
     for i, path in enumerate(args.checkpoint):
-        model, task = load_checkpoint(path, data)
+        overrides = {"data": str(data)} if data else None
+        (model,), _cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides=overrides)
+        model.eval()
         run = dict(scheme=model.residual_scheme, layers=len(model.encoder.layers), seed=i, checkpoint=str(path))
         runs.append({**run, **probe(model, load_batch(task, args.split, args.sentences))})
     return runs

@@ -14,6 +14,7 @@ resumes from its ``checkpoint_last.pt`` (fairseq's own restore).
 """
 
 import argparse
+import contextlib
 import itertools
 import json
 import statistics
@@ -97,10 +98,8 @@ def run_one(spec: RunSpec, data, refs, settings, runs_dir: Path) -> Dict:
     result.update(outcome(save_dir / "train.out"))
     if result["fails"] is None and result["bleu"] is None:
         t0 = time.time()
-        try:
+        with contextlib.suppress(RunError):  # not decoded: scored on the next call
             result.update(score_test_set(data.databin, save_dir, refs, spec.name)[1])
-        except RunError:
-            pass  # not decoded: scored on the next call
         result["generate_seconds"] = round(time.time() - t0, 1)
     result_file.write_text(json.dumps(result, indent=1) + "\n")
     return result
