@@ -30,11 +30,7 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=2, help="interleaved timed rounds of training per layout")
     p.add_argument("--generation-rounds", type=int, default=5, help="interleaved timed rounds of generation per layout")
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
-    p.add_argument(
-        "--same-process",
-        action="store_true",
-        help="measure every size in this process (default: fresh processes, see isolation.py)",
-    )
+    p.add_argument("--same-process", action="store_true", help="measure every size in this process, not in fresh ones")
     p.add_argument(
         "--malloc",
         choices=list(MALLOC_SETTINGS),

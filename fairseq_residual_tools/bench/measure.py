@@ -122,7 +122,6 @@ def measure_size(
     # a GPU runs kernels asynchronously: a timed run ends once the device has done its work
     wait = torch.get_device_module(device).synchronize
     task = SyntheticTask(size.vocab)
-    pad = task.target_dictionary.pad()
     train_sample = synthetic_batch(task, size.batch, size.src_len, size.tgt_len, seed=0, device=device)
     gen_sample = synthetic_batch(task, size.gen_batch, size.src_len, size.gen_len, seed=1, device=device)
     chosen = variants(size.schemes)
@@ -140,7 +139,7 @@ def measure_size(
     }
 
     log(f"[{size.name}] layout {layout + 1}: training, {len(chosen)} variants, warm-up {warmup}, {reps} rounds")
-    steps = {n: TrainingStep(m, train_sample, pad) for n, m in models.items()}
+    steps = {n: TrainingStep(m, train_sample, task.target_dictionary.pad()) for n, m in models.items()}
     times = interleaved(steps, warmup=max(warmup, 1), reps=reps, wait=wait)  # >= 1: Adam state exists
     result["train"] = speed_table(times, train_sample["ntokens"], "tokens_per_s")
     del steps
