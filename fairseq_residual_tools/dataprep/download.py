@@ -15,7 +15,7 @@ import os
 import shutil
 import urllib.error
 import urllib.request
-from dataclasses import dataclass
+from collections import namedtuple
 from pathlib import Path
 from typing import Optional
 from urllib.parse import unquote, urlparse
@@ -29,13 +29,7 @@ DEFAULT_CHECKSUMS = Path(__file__).with_name("checksums.json")
 CHUNK = 1 << 20
 
 
-@dataclass
-class Archive:
-    name: str
-    url: str
-    size: Optional[int] = None
-    sha256: Optional[str] = None
-    md5: Optional[str] = None
+Archive = namedtuple("Archive", ["name", "url", "size", "sha256", "md5"])  # a checksums.json entry (size: bytes)
 
 
 class Checksums:
@@ -109,7 +103,6 @@ def _transfer(url: str, part: Path, total: Optional[int], quiet: bool):
 
 def fetch(archive: Archive, dest_dir: Path, checksums: Checksums, base_url=None, record_checksum=False, quiet=False):
     """Download (or resume) ``archive`` into ``dest_dir`` and return the verified file."""
-    dest_dir = Path(dest_dir)
     dest_dir.mkdir(parents=True, exist_ok=True)
     final = dest_dir / archive.name
     if final.exists():

@@ -21,8 +21,7 @@ from ..errors import DataError
 _IWSLT_DROPPED = ("<url>", "<talkid>", "<keywords>")
 _IWSLT_STRIPPED = ("<title>", "</title>", "<description>", "</description>")
 
-_SEG_OPEN = re.compile(r'<seg id="[0-9]*">\s*')
-_SEG_CLOSE = re.compile(r"\s*</seg>\s*")
+_SEG_TAGS = re.compile(r'<seg id="[0-9]*">\s*|\s*</seg>\s*')
 
 
 def _remove(path: Path):
@@ -119,9 +118,7 @@ def seg_lines(path: Path) -> List[str]:
     for line in utf8_lines(path):
         if "<seg id" not in line:
             continue
-        line = _SEG_OPEN.sub("", line.rstrip("\n"))
-        line = _SEG_CLOSE.sub("", line)
-        out.append(line.replace("\u2019", "'"))
+        out.append(_SEG_TAGS.sub("", line.rstrip("\n")).replace("\u2019", "'"))
     if not out:
         raise DataError(f"{path} has no <seg id=...> lines: not an IWSLT XML / WMT SGML test set")
     return out

@@ -43,11 +43,7 @@ def prepare(args) -> pipeline.Stages:
         )
 
     tok_prefix, clean_prefix = tmp / f"train.tags.{PAIR}.tok", tmp / f"train.tags.{PAIR}.clean"
-
-    def clean():
-        pipeline.same_length([Path(f"{tok_prefix}.{l}") for l in LANGS])
-        clean_corpus(str(tok_prefix), "de", "en", str(clean_prefix), 1, 175, 1.5)
-
+    clean = partial(clean_corpus, str(tok_prefix), "de", "en", str(clean_prefix), 1, 175, 1.5)
     stages.run("clean", [Path(f"{clean_prefix}.{l}") for l in LANGS], clean)
     for l in LANGS:
         lower, train, valid = tmp / f"train.tags.{PAIR}.{l}", tmp / f"train.{l}", tmp / f"valid.{l}"

@@ -9,7 +9,9 @@ import itertools
 import multiprocessing
 import os
 import unicodedata
+from contextlib import ExitStack
 from dataclasses import dataclass
+from functools import lru_cache, partial
 from pathlib import Path
 from typing import Callable, List
 
@@ -36,6 +38,7 @@ class TextSteps:
     lowercase: bool = False
 
 
+@lru_cache(maxsize=None)  # once per process: sacremoses takes a while to set up
 def _processor(steps: TextSteps) -> Callable[[str], str]:
     from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
@@ -60,39 +63,25 @@ def _processor(steps: TextSteps) -> Callable[[str], str]:
     return process
 
 
-_worker = None  # a worker process's _processor
-
-
-def _init_worker(steps):
-    global _worker
-    _worker = _processor(steps)
-
-
-def _process_chunk(lines: List[str]) -> List[str]:
-    return [_worker(line) for line in lines]
-
-
-def process_lines(steps: TextSteps, lines) -> List[str]:
-    """Apply ``steps`` in this process (for short inputs such as test sets)."""
+def process_lines(steps: TextSteps, lines: List[str]) -> List[str]:
+    """Apply ``steps`` to ``lines`` in this process."""
     return list(map(_processor(steps), lines))
 
 
 def process_file(steps: TextSteps, inp: Path, out: Path, workers=1, quiet=False):
     """Write ``steps`` applied to every line of ``inp`` to ``out`` (atomically)."""
+    process = partial(process_lines, steps)
     chunks = utf8_chunks(inp, 2000)
     progress = progress_bar(Path(out).name, quiet=quiet)
-    with progress, atomic_outputs([out]) as (tmp,), open(tmp, "w", encoding="utf-8") as g:
+    with progress, atomic_outputs([out]) as (tmp,), open(tmp, "w", encoding="utf-8") as g, ExitStack() as stack:
         if workers > 1:
             ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
-            with ctx.Pool(workers, initializer=_init_worker, initargs=(steps,)) as pool:
-                for result in pool.imap(_process_chunk, chunks, chunksize=1):
-                    g.write("\n".join(result) + "\n")
-                    progress.update(len(result))
+            results = stack.enter_context(ctx.Pool(workers)).imap(process, chunks)
         else:
-            process = _processor(steps)
-            for chunk in chunks:
-                g.write("\n".join(map(process, chunk)) + "\n")
-                progress.update(len(chunk))
+            results = map(process, chunks)
+        for result in results:
+            g.write("\n".join(result) + "\n")
+            progress.update(len(result))
 
 
 def clean_corpus(prefix_in: str, l1: str, l2: str, prefix_out: str, min_len: int, max_len: int, ratio: float) -> int:

@@ -89,17 +89,15 @@ def prepare(args) -> pipeline.Stages:
         members = partial(pair_files, pair)
         source.extract(f"extract.{pair}", archive_name(pair), members, orig / pair, strip=f"{RELEASE_FOLDER}/{pair}/")
 
-    def splits_of(pair):
-        return [s for s in SPLITS if (orig / pair / f"opus.{pair}-{s}.en").exists()]
+    def release_text(pair):
+        """fairseq split -> the release's text prefix, for the splits ``pair`` has (five pairs have only train)."""
+        prefixes = {fairseq: orig / pair / f"opus.{pair}-{split}" for split, fairseq in SPLITS.items()}
+        return {split: prefix for split, prefix in prefixes.items() if Path(f"{prefix}.en").exists()}
 
     def check():
         found = {}
         for pair in pairs:
-            l1, l2 = pair.split("-")
-            found[pair] = {
-                SPLITS[s]: pipeline.check_parallel(str(orig / pair / f"opus.{pair}-{s}"), l1, l2)
-                for s in splits_of(pair)
-            }
+            found[pair] = {s: pipeline.check_parallel(p, *pair.split("-")) for s, p in release_text(pair).items()}
         write_json(tmp / "raw_pairs.json", found)
 
     stages.run("check", [tmp / "raw_pairs.json"], check, options={"pairs": pairs})
@@ -117,38 +115,36 @@ def prepare(args) -> pipeline.Stages:
     stages.run("dictionary", [dictionary], partial(pipeline.sentencepiece_dictionary, text / "spm.vocab", dictionary))
 
     for pair in pairs:
-        for split in splits_of(pair):
+        for split, prefix in release_text(pair).items():
             for lang in pair.split("-"):
-                raw, dst = orig / pair / f"opus.{pair}-{split}.{lang}", text / f"{SPLITS[split]}.{pair}.{lang}"
+                raw, dst = Path(f"{prefix}.{lang}"), text / f"{split}.{pair}.{lang}"
                 encode = partial(
                     pipeline.apply_sentencepiece, text / "spm.model", raw, dst, workers=w, quiet=args.quiet
                 )
-                stages.run(f"encode.{SPLITS[split]}.{pair}.{lang}", [dst], encode)
+                stages.run(f"encode.{split}.{pair}.{lang}", [dst], encode)
 
-    all_langs = sorted(set(langs) | {"en"})
-    with_valid = [l for l in langs if "dev" in splits_of(pair_of(l))]
-    directions = [d for l in with_valid for d in (f"en-{l}", f"{l}-en")]
+    with_valid = [l for l in langs if "valid" in release_text(pair_of(l))]
     # fairseq 0.12 validates on every pair of --lang-pairs and stops at one without a valid split
-    train_only = [d for l in langs if l not in with_valid for d in (f"en-{l}", f"{l}-en")]
+    language_lists = {
+        "langs": sorted(set(langs) | {"en"}),
+        "lang_pairs": [d for l in with_valid for d in (f"en-{l}", f"{l}-en")],
+        "train_only_lang_pairs": [d for l in langs if l not in with_valid for d in (f"en-{l}", f"{l}-en")],
+    }
 
     def binarise():
         with atomic_outputs([databin]) as (work,):
             for pair in pairs:
-                l1, l2 = pair.split("-")
-                prefixes = {SPLITS[s]: str(text / f"{SPLITS[s]}.{pair}") for s in splits_of(pair)}
+                prefixes = {split: str(text / f"{split}.{pair}") for split in release_text(pair)}
                 dicts = ["--srcdict", str(dictionary), "--tgtdict", str(dictionary)]
-                pipeline.run_fairseq_preprocess(prefixes, l1, l2, work, w, *dicts)
-            (work / "langs.txt").write_text(",".join(all_langs) + "\n")
-            (work / "lang_pairs.txt").write_text(",".join(directions) + "\n")
-            (work / "train_only_lang_pairs.txt").write_text(",".join(train_only) + "\n")
+                pipeline.run_fairseq_preprocess(prefixes, *pair.split("-"), work, w, *dicts)
+            for name, values in language_lists.items():
+                (work / f"{name}.txt").write_text(",".join(values) + "\n")
             (work / "preprocess.done").write_text(f"pairs: {' '.join(pairs)}\n")
 
     stages.run("binarise", [databin / "preprocess.done"], binarise, options={"pairs": pairs})
     stages.summary(
         lambda: json.loads((tmp / "raw_pairs.json").read_text()),
-        langs=all_langs,
-        lang_pairs=directions,
-        train_only_lang_pairs=train_only,
+        **language_lists,
         spm_vocab=args.spm_vocab,
         spm_model_type=args.spm_model_type,
     )

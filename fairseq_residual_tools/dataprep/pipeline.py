@@ -296,9 +296,8 @@ def run_fairseq_preprocess(prefixes: Dict[str, str], src: str, tgt: str, destdir
     from fairseq_cli import preprocess
 
     argv = ["--source-lang", src, "--target-lang", tgt, "--destdir", str(destdir), "--workers", str(workers)]
-    for split in ("train", "valid", "test"):
-        if split in prefixes:
-            argv += [f"--{split}pref", prefixes[split]]
+    for split, prefix in prefixes.items():
+        argv += [f"--{split}pref", prefix]
     argv += flags
     logger.info("fairseq-preprocess %s", " ".join(argv))
     preprocess.main(options.get_preprocessing_parser().parse_args(argv))
@@ -311,7 +310,6 @@ def fairseq_preprocess(prefixes: Dict[str, str], src: str, tgt: str, destdir: Pa
     ``prefixes["test"]`` may list several comma-separated prefixes: fairseq names
     them ``test``, ``test1``, ``test2``, ...
     """
-    destdir = Path(destdir)
     if not stage_done([destdir / "preprocess.done"], force):
         with atomic_outputs([destdir]) as (tmp,):
             argv = run_fairseq_preprocess(prefixes, src, tgt, tmp, workers, "--joined-dictionary")
