@@ -1,9 +1,7 @@
 #!/usr/bin/env python3
-"""Write results/tables.md: every cell measured so far beside the paper's figure.
+"""Write results/tables.md (as the console command ``fairseq-residual-tables``):
 
 python scripts/make_tables.py [--results results/cells] [--work checkpoints] [--out results/tables.md]
-
-The same as the console command ``fairseq-residual-tables``.
 """
 
 import sys

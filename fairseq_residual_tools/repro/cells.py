@@ -148,17 +148,15 @@ class PaperTable:
         return list(dict.fromkeys(self.cell_and_metric(row, column)[0] for row in self.rows for column in self.columns))
 
 
-def load_paper_table(path) -> PaperTable:
-    data = json.loads(Path(path).read_text(encoding="utf-8"))
-    return PaperTable(rows=[TableRow(**row) for row in data.pop("rows")], **data)
-
-
 #: the tables in the order the paper presents them
 TABLE_ORDER = ("iwslt14", "wmt14", "opus100", "warmup")
 
 
 def paper_tables() -> Dict[str, PaperTable]:
-    tables = {t.table: t for t in map(load_paper_table, sorted(PAPER_DIR.glob("*.json")))}
+    tables = {}
+    for path in sorted(PAPER_DIR.glob("*.json")):
+        data = json.loads(path.read_text(encoding="utf-8"))
+        tables[data["table"]] = PaperTable(rows=[TableRow(**row) for row in data.pop("rows")], **data)
     return {name: tables[name] for name in sorted(tables, key=lambda n: (TABLE_ORDER + (n,)).index(n))}
 
 

@@ -1,10 +1,7 @@
 """One process of a training: ``fairseq-hydra-train`` told explicitly which rank of which job it is.
 
-torchrun and srun start one copy of this per GPU (or per CPU process). Each copy reads its rank
-from the launcher's environment, passes it to fairseq and runs ``fairseq_cli.hydra_train`` unchanged::
-
-    torchrun --nproc-per-node 8 -m fairseq_residual_tools.repro.distributed_train --config-dir configs ...
-    srun --ntasks-per-node 8 python -m fairseq_residual_tools.repro.distributed_train --ranks-from slurm ...
+torchrun and srun (``--ranks-from slurm``) start one copy of this per GPU (or per CPU process). Each copy
+reads its rank from the launcher's environment, passes it to fairseq and runs ``fairseq_cli.hydra_train``.
 
 fairseq's own rank inference (``infer_init_method``) ignores torchrun when fewer than two GPUs are
 visible (N independent jobs in one folder), divides by the GPU count (a ZeroDivisionError on CPU) and,

@@ -94,7 +94,6 @@ def generate(data, checkpoint, cpu: bool, subset, task_args, remove_bpe, out_fil
         *task_args,
         *(["--cpu"] if cpu else []),
     )
-    out_file = Path(out_file)
     out_file.unlink(missing_ok=True)  # the file holds this decoding only
     run_logged(command, out_file, label=f"fairseq-generate on {subset}")
     gen = scoring.parse_generate(out_file.read_text(encoding="utf-8"))

@@ -1,15 +1,8 @@
 """Training one cell: the batch kept at the paper's size, the launch command, resume, the log.
 
-``train`` runs fairseq-hydra-train with the cell's config once per GPU, started by torch.distributed's
-own launchers (``distributed_train`` says why each process is given its rank explicitly):
-
-* one process:          ``python -m fairseq_residual_tools.repro.distributed_train ARGS``
-* G GPUs on one node:   ``torchrun --standalone --nproc-per-node G -m <the same module> ARGS``
-* N nodes, no SLURM:    the same torchrun command with ``--nnodes N --node-rank R --master-addr HOST``,
-                        run on every node (``--node-rank`` / ``--master-addr`` given to train.sh)
-* N nodes in SLURM:     ``srun --nodes N --ntasks-per-node G python -m ... --ranks-from slurm ARGS``
-                        from inside the allocation (sbatch), MASTER_ADDR = first node
-
+``train`` runs fairseq-hydra-train with the cell's config once per GPU through ``distributed_train``:
+directly for one process, with ``torchrun --standalone`` for G GPUs, with the same torchrun command run
+on every node (``--node-rank``, ``--master-addr``) for N nodes, or with ``srun`` inside a SLURM allocation.
 A cell writes to ``<work>/<cell name>/``: its checkpoints, ``train.log``, ``launch.json`` and ``train.done``
 (the evidence ``status`` reads). fairseq resumes from ``checkpoint_last.pt`` there, so after a kill
 (preemption, ``scancel``, a crashed node) the same command continues the cell.
@@ -24,7 +17,7 @@ import subprocess
 import sys
 import time
 import warnings
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -181,11 +174,10 @@ class LaunchPlan:
     cpu: bool
     batch: Dict[str, object]
     command: List[str]
-    env: Dict[str, str] = field(default_factory=dict)  # set for the command, on top of the environment
-    #: how this launch departs from the paper's setting (shown next to its scores in the tables)
-    deviations: List[str] = field(default_factory=list)
-    notes: List[str] = field(default_factory=list)
-    data_problem: Optional[str] = None  # why the data cannot serve the cell: a dry run says it, a launch stops
+    env: Dict[str, str]  # set for the command, on top of the environment
+    deviations: List[str]  # how this launch departs from the paper's setting (shown next to its scores in the tables)
+    notes: List[str]
+    data_problem: Optional[str]  # why the data cannot serve the cell: a dry run says it, a launch stops
 
     def shell(self) -> str:
         prefix = [f"{k}={shlex.quote(v)}" for k, v in self.env.items()]

@@ -30,8 +30,7 @@ class Measured:
     status: str  # MEASURED, FAILS, a training state's description (status.TrainingState.describe), NOT_IMPLEMENTED
     scores: Dict[str, object] = field(default_factory=dict)
     deviations: List[str] = field(default_factory=list)
-    detail: str = ""
-    failed: bool = False  # the training failed: the detail (its last log line) is listed under the table
+    failure: str = ""  # a failed training's last log line, listed under the table
 
 
 def measured(cell: Cell, results_dir, work_dir) -> Measured:
@@ -40,14 +39,14 @@ def measured(cell: Cell, results_dir, work_dir) -> Measured:
         record = json.loads(path.read_text(encoding="utf-8"))
         training = record.get("training", {})
         if record["status"] == FAILS:
-            return Measured(FAILS, detail=record.get("divergence", ""))
+            return Measured(FAILS)
         if record["status"] == MEASURED and (training.get("state") == TRAINED or record.get("unfinished")):
             return Measured(MEASURED, record.get("scores", {}), training.get("deviations", []))
         # a score made before the state was checked (or from an unfinished run): the training decides
     if not cell.implemented:
         return Measured(NOT_IMPLEMENTED)
     state = training_state(Path(work_dir) / cell.name)
-    return Measured(state.describe(), detail=state.detail, failed=state.name == FAILED)
+    return Measured(state.describe(), failure=state.detail if state.name == FAILED else "")
 
 
 def _number(value) -> Optional[float]:
@@ -73,8 +72,8 @@ def render(table: PaperTable, results_dir, work_dir) -> str:
                     shown += " †"
             else:
                 shown = result.status
-                if result.failed:
-                    failures[cell.name] = f"{result.status}: {result.detail}"
+                if result.failure:
+                    failures[cell.name] = f"{result.status}: {result.failure}"
             if value is not None and _number(paper) is not None:
                 diff = f"{value - _number(paper):+.2f}"
             elif result.status == FAILS:
