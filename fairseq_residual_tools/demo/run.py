@@ -1,14 +1,12 @@
 """``make demo``: Post-LN, Pre-LN and ResiDual on the embedded synthetic corpus, on CPU.
 
-Settings: ``configs/demo.yaml`` (``--set KEY=VALUE`` overrides one). For every depth setting and
-scheme ``fairseq-train`` trains one model and sacrebleu scores its test-set translations;
-``results/demo/`` gets the table, sample translations, training curves and a reading.
+Settings: ``configs/demo.yaml`` (``--set KEY=VALUE`` overrides one). Every scheme is trained at every depth
+setting and its test-set translations scored; ``results/demo/`` gets the table, samples, curves and a reading.
 
-The trainings run ``jobs`` at a time with one torch thread each (one thread per process beats two
-oversubscribed ones whenever the cores are shared), the most expensive first so that the last to
-finish is a cheap one. A run's folder name carries a hash of the settings it depends on: a finished
-training (``result.json``) is reused, an interrupted one resumes from its ``checkpoint_last.pt``, a
-changed setting trains anew.
+The trainings run ``jobs`` at a time with one torch thread each (one thread per process beats two oversubscribed
+ones whenever the cores are shared), the most expensive first so that the last to finish is a cheap one. A run's
+folder is named by a hash of the settings it depends on: a finished training (``result.json``) is reused, an
+interrupted one resumes from its ``checkpoint_last.pt``, a changed setting trains anew.
 """
 
 import argparse
@@ -71,10 +69,6 @@ def digest(*parts) -> str:
     return hashlib.sha1(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:8]
 
 
-def data_key(settings: Dict) -> str:
-    return digest(settings["seed"], settings["corpus"])
-
-
 def run_name(settings: Dict, scheme: str, depth: Dict) -> str:
     """``post-e12d12-<hash>``: the folder of one training, named by everything it depends on."""
     key = digest(settings["seed"], settings["corpus"], depth, settings["log_points"], scheme)
@@ -87,16 +81,14 @@ class TrainingProgress:
 
     def __init__(self, label: str, max_update: int):
         self.label, self.max_update, self.every = label, max_update, max(1, max_update // 10)
-        self.start = None  # (time, update) of the first logged update
-        self.next_print = 0
+        self.start, self.next_print = None, 0  # start: (time, update) of the first logged update
 
     def __call__(self, line: str):
         record = json_record(line)
         if record is None or "num_updates" not in record or "loss" not in record:
             return
         update, loss, now = int(record["num_updates"]), float(record["loss"]), time.monotonic()
-        if self.start is None:
-            self.start, self.next_print = (now, update), update
+        self.start = self.start or (now, update)
         if update < self.next_print and update < self.max_update:
             return
         self.next_print = update + self.every
@@ -162,7 +154,9 @@ def main(argv=None):
     started = time.time()
     load_at_start = [round(x, 2) for x in os.getloadavg()]
     work = Path(args.work)
-    data = prepare_demo_data(work / f"data-{data_key(settings)}", seed=settings["seed"], **settings["corpus"])
+    data = prepare_demo_data(
+        work / f"data-{digest(settings['seed'], settings['corpus'])}", seed=settings["seed"], **settings["corpus"]
+    )
     sources, references = (
         Path(f"{data.raw_prefixes['test']}.{lang}").read_text(encoding="utf-8").splitlines() for lang in (SRC, TGT)
     )
@@ -171,10 +165,9 @@ def main(argv=None):
     by_cost = sorted(runs, key=lambda run: -run[1]["layers"] * run[1]["max_update"] * run[1]["max_tokens"])
     with ThreadPoolExecutor(max_workers=min(jobs, len(runs))) as pool:
         futures = {
-            (scheme, id(depth)): pool.submit(train_and_score, scheme, depth, settings, data, references, work / "runs")
-            for scheme, depth in by_cost
+            id(run): pool.submit(train_and_score, *run, settings, data, references, work / "runs") for run in by_cost
         }
-        rows = [futures[(scheme, id(depth))].result() for scheme, depth in runs]
+        rows = [futures[id(run)].result() for run in runs]
     meta = dict(
         command=" ".join(["python -m fairseq_residual_tools.demo.run", *(argv if argv is not None else sys.argv[1:])]),
         settings=settings,
