@@ -37,12 +37,8 @@ def in_fresh_process(function: str, threads: int, malloc: Optional[str] = None, 
     """``function(**kwargs)`` (``measure_size`` or ``memory_probe``; ``size`` and ``variant`` given as
     dataclasses) in a new process with ``threads`` torch threads and the ``malloc`` settings."""
     env = malloc_environment(malloc) if malloc else dict(os.environ)
-    out = subprocess.run(
-        [sys.executable, "-m", __name__, function, json.dumps({"threads": threads, **kwargs}, default=asdict)],
-        stdout=subprocess.PIPE,
-        text=True,
-        env={**env, "PYTHONWARNINGS": "ignore"},
-    )
+    command = [sys.executable, "-m", __name__, function, json.dumps({"threads": threads, **kwargs}, default=asdict)]
+    out = subprocess.run(command, stdout=subprocess.PIPE, text=True, env={**env, "PYTHONWARNINGS": "ignore"})
     if out.returncode != 0:
         what = kwargs.get("variant", kwargs.get("size"))
         raise RuntimeError(f"{function} of {what.name} failed (exit status {out.returncode}); its output is above")

@@ -158,13 +158,10 @@ def measure_size(
     if memory:
         where = ", each in a fresh process" if fresh_process_memory else ""
         log(f"[{size.name}] memory: one training step per variant{where}")
-        threads = torch.get_num_threads()
-        probed = {
-            v.name: in_fresh_process("memory_probe", threads, size=size, variant=v, device=device)
-            if fresh_process_memory
-            else memory_probe(size, v, device)
-            for v in chosen
-        }
+        probe = memory_probe
+        if fresh_process_memory:
+            probe = functools.partial(in_fresh_process, "memory_probe", torch.get_num_threads())
+        probed = {v.name: probe(size=size, variant=v, device=device) for v in chosen}
         result["memory"] = with_ratios(probed, REFERENCE)
     return result
 

@@ -55,12 +55,8 @@ class TrainingStep:
     def loss(self):
         net_output = self.model(**self.sample["net_input"])
         lprobs = self.model.get_normalized_probs(net_output, log_probs=True)
-        loss, _ = label_smoothed_nll_loss(
-            lprobs.view(-1, lprobs.size(-1)),
-            self.sample["target"].view(-1),
-            LABEL_SMOOTHING,
-            ignore_index=self.padding_idx,
-        )
+        lprobs, target = lprobs.view(-1, lprobs.size(-1)), self.sample["target"].view(-1)
+        loss, _ = label_smoothed_nll_loss(lprobs, target, LABEL_SMOOTHING, ignore_index=self.padding_idx)
         return loss
 
     def __call__(self):
