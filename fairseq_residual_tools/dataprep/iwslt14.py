@@ -26,11 +26,10 @@ MEMBERS += [f"{PAIR}/{name}.{PAIR}.{l}.xml" for name in TEST_SETS for l in LANGS
 def prepare(args) -> pipeline.Stages:
     check_languages(args, LANGS, "IWSLT-14 here is German-English")
     stages = pipeline.RecipeStages("iwslt14", args, args.out or f"data-bin/iwslt14.{args.src}-{args.tgt}")
-    orig, tmp, text = stages.orig, stages.tmp, stages.text
+    tmp, text, raw = stages.tmp, stages.text, stages.orig / PAIR
     w, quiet = args.workers, args.quiet
-    raw = orig / PAIR
 
-    ArchiveSource(stages).extract("extract", ARCHIVE, MEMBERS, orig)
+    ArchiveSource(stages).extract("extract", ARCHIVE, MEMBERS, raw, strip=f"{PAIR}/")
     for l in LANGS:
         stripped, tok = tmp / f"train.tags.{PAIR}.raw.{l}", tmp / f"train.tags.{PAIR}.tok.{l}"
         stages.run(
@@ -38,9 +37,8 @@ def prepare(args) -> pipeline.Stages:
             [stripped],
             lambda l=l, s=stripped: write_lines(s, iwslt_train_lines(raw / f"train.tags.{PAIR}.{l}")),
         )
-        stages.run(
-            f"tokenize.{l}", [tok], partial(process_file, TextSteps(lang=l), stripped, tok, workers=w, quiet=quiet)
-        )
+        tokenize = partial(process_file, TextSteps(lang=l), stripped, tok, workers=w, quiet=quiet)
+        stages.run(f"tokenize.{l}", [tok], tokenize)
 
     tok_prefix, clean_prefix = tmp / f"train.tags.{PAIR}.tok", tmp / f"train.tags.{PAIR}.clean"
     clean = partial(clean_corpus, str(tok_prefix), "de", "en", str(clean_prefix), 1, 175, 1.5)

@@ -19,14 +19,11 @@ from .formats import atomic_outputs, utf8_lines, write_json
 
 SPLITS = {"train": "train", "dev": "valid", "test": "test"}  # release name -> fairseq name
 RELEASE_FOLDER = "opus-100-corpus/v1.0/supervised"  # in each archive, holding <pair>/opus.<pair>-<split>.<lang>
+PAIR_ARCHIVE = re.compile(r"opus-100-corpus-([^-]+)-([^-]+)-v1\.0\.tar\.gz")  # not the zeroshot archive
 
 
 def pair_of(lang: str) -> str:
     return "-".join(sorted([lang, "en"]))
-
-
-def archive_name(pair: str) -> str:
-    return f"opus-100-corpus-{pair}-v1.0.tar.gz"
 
 
 def pair_files(pair: str, names) -> list:
@@ -36,17 +33,10 @@ def pair_files(pair: str, names) -> list:
     return [m for m in wanted if m in names or "-train." in m]
 
 
-PAIR_ARCHIVE = re.compile(r"opus-100-corpus-([^-]+)-([^-]+)-v1\.0\.tar\.gz")  # not the zeroshot archive
-
-
-def release_languages(checksums: Checksums):
-    """The non-English side of every pair archive in ``checksums``."""
-    found = [PAIR_ARCHIVE.fullmatch(name) for name in checksums.data.get("archives", {})]
-    return sorted(m[2] if m[1] == "en" else m[1] for m in found if m)
-
-
 def parse_langs(value: str, checksums: Checksums):
-    known = release_languages(checksums)
+    """``--langs``: the non-English sides of the chosen pairs, among the pair archives in ``checksums``."""
+    found = [PAIR_ARCHIVE.fullmatch(name) for name in checksums.data.get("archives", {})]
+    known = sorted(m[2] if m[1] == "en" else m[1] for m in found if m)
     if value == "all":
         return known
     langs = sorted({x.strip() for x in value.split(",") if x.strip()})
@@ -86,8 +76,8 @@ def prepare(args) -> pipeline.Stages:
     w = args.workers
 
     for pair in pairs:
-        members = partial(pair_files, pair)
-        source.extract(f"extract.{pair}", archive_name(pair), members, orig / pair, strip=f"{RELEASE_FOLDER}/{pair}/")
+        archive, members = f"opus-100-corpus-{pair}-v1.0.tar.gz", partial(pair_files, pair)
+        source.extract(f"extract.{pair}", archive, members, orig / pair, strip=f"{RELEASE_FOLDER}/{pair}/")
 
     def release_text(pair):
         """fairseq split -> the release's text prefix, for the splits ``pair`` has (five pairs have only train)."""
