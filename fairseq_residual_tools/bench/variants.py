@@ -95,14 +95,11 @@ def build_variant(variant: Variant, size: Size, task, device: str = "cpu"):
     import torch
     from fairseq.models import ARCH_MODEL_REGISTRY
 
-    args = model_args(size)
     if variant.scheme is None:
-        arch = "transformer"
-        args.update(
-            encoder_normalize_before=variant.normalize_before, decoder_normalize_before=variant.normalize_before
-        )
+        before = variant.normalize_before
+        arch, options = "transformer", dict(encoder_normalize_before=before, decoder_normalize_before=before)
     else:
-        arch = "residual_transformer"
-        args.update(residual_scheme=variant.scheme)
+        arch, options = "residual_transformer", dict(residual_scheme=variant.scheme)
+    args = Namespace(**dict(model_args(size), arch=arch, **options))  # the variant's options override the preset's
     torch.manual_seed(0)
-    return ARCH_MODEL_REGISTRY[arch].build_model(Namespace(arch=arch, **args), task).to(device)
+    return ARCH_MODEL_REGISTRY[arch].build_model(args, task).to(device)
