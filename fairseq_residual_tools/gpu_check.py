@@ -1,13 +1,8 @@
 """The checks that need a CUDA GPU, as one prepared run: ``bash scripts/gpu_check.sh`` (< 10 min on one GPU).
 
-1. Post-LN, Pre-LN and ResiDual at E18D18 (the WMT model) trained for ``--updates`` updates on the embedded
-   corpus with each of ``PRECISIONS``: finite losses, loss-scale history, tokens/s (median ``wps`` after the
-   first interval) and its ratio to Pre-LN, the least ``gb_free`` (total memory minus the peak allocated).
-2. A one-node ``torchrun`` launch through ``scripts/train.sh``, one rank per visible GPU.
-3. ``make bench``'s benchmark with ``--device cuda`` at ``BENCH_SIZES``, with its targets.
-
-Writes ``gpu_check.json``, ``report.md``, ``bench/`` and ``logs/`` to ``--out``; ``--dry-run`` prints the
-commands and runs nothing.
+Post-LN, Pre-LN and ResiDual at E18D18 trained with each of ``PRECISIONS``, a one-node ``torchrun`` launch
+through ``scripts/train.sh`` and ``make bench``'s benchmark with ``--device cuda``; results/gpu-check/README.md
+says what each records. ``--dry-run`` prints the commands and runs nothing.
 """
 
 import argparse
@@ -98,7 +93,7 @@ def summarise_run(text: str) -> dict:
     losses = [(int(r["num_updates"]), float(r["loss"])) for r in records]
     scales = [(int(r["num_updates"]), float(r["loss_scale"])) for r in records if "loss_scale" in r]
     wps = [float(r["wps"]) for r in records[1:] if "wps" in r]  # the first interval includes start-up
-    free = [float(r["gb_free"]) for r in records if "gb_free" in r]  # fairseq logs it on a GPU
+    free = [float(r["gb_free"]) for r in records if "gb_free" in r]  # on a GPU: total minus peak allocated
     return {
         "updates": losses[-1][0] if losses else 0,
         "losses": losses,

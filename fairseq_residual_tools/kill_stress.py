@@ -1,13 +1,11 @@
 """SIGKILL a fairseq training again and again, many times inside a checkpoint save, and check the result.
 
-Each start of the same ``fairseq-train`` command (``--save-interval-updates 1``, so a save follows
-every update) is killed with SIGKILL either 0-80 ms after its 1st or 2nd "Saving checkpoint to" log
-line or at a random moment since its start (while starting, loading, training, validating; at the
-latest when its 2nd save begins). After each kill every ``checkpoint*.pt`` in the save dir must load
-in full, and the next start must resume from the update count recorded in ``checkpoint_last.pt``
-(and remove the killed save's ``.tmp`` files). After the last kill the command runs to its
-``--max-update``; its final parameters, optimizer state and update count must be bit-identical to
-one uninterrupted run of the same command.
+Each start of one ``fairseq-train`` command (a save after every update) is killed 0-80 ms after its 1st
+or 2nd "Saving checkpoint to" log line or at a random moment (starting, loading, training, validating; at
+the latest when its 2nd save begins). After each kill every ``checkpoint*.pt`` must load in full and the
+next start must resume from the update count in ``checkpoint_last.pt`` (and remove the killed save's
+``.tmp`` files). The last start runs to ``--max-update``; its parameters, optimizer state and update
+count must be bit-identical to those of one uninterrupted run.
 
 To make many kills affordable, each start is a fork of this process with fairseq and the plugin
 already imported (``fairseq_cli.train.cli_main`` with the command's arguments, one torch thread),
@@ -247,8 +245,7 @@ def run_stress(databin, work, kills=20, size="small", max_update=None, seed=1):
                     report.failed_resumes.append(f"start {report.starts} exited with {code}: {log.strip()[-300:]}")
                 break
             report.kills += 1
-            if log.rfind(SAVING) > log.rfind(SAVED):
-                report.kills_inside_a_save += 1
+            report.kills_inside_a_save += int(log.rfind(SAVING) > log.rfind(SAVED))
             report.kills_at_random_moments += int(at_random)
             report.corrupt_files += [f"after kill {report.kills}: {bad}" for bad in unreadable_checkpoints(killed)]
             report.kills_that_left_temporary_files += int(any(killed.glob("*.tmp")))

@@ -14,7 +14,7 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-import fairseq_residual  # noqa: F401  (registers the model)
+import fairseq_residual
 from fairseq_residual_tools.bench.isolation import in_fresh_process
 from fairseq_residual_tools.bench.variants import SIZES, Variant
 from fairseq_residual_tools.provenance import provenance
@@ -30,15 +30,10 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
     args = parser.parse_args(argv)
     size = SIZES[args.size]
-    memory = {
-        scheme: in_fresh_process(
-            "memory_probe",
-            args.threads,
-            size=size,
-            variant=Variant(scheme, f"residual_transformer --residual-scheme {scheme}", scheme),
-        )
-        for scheme in SCHEMES
-    }
+    memory = {}
+    for scheme in SCHEMES:
+        variant = Variant(scheme, f"residual_transformer --residual-scheme {scheme}", scheme)
+        memory[scheme] = in_fresh_process("memory_probe", args.threads, size=size, variant=variant)
     ratio = {key: memory["dlcl"][key] / memory["pre"][key] for key in MEASURES if memory["pre"][key]}
     record = {
         "command": " ".join([Path(sys.argv[0]).name] + (argv if argv is not None else sys.argv[1:])),
