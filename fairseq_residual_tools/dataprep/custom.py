@@ -60,11 +60,9 @@ def prepare(args) -> pipeline.Stages:
         encode = partial(pipeline.apply_bpe, codes, force=True, workers=w)
         bpe, model = "subword_nmt", codes
     else:
-        sample = tmp / "spm.input.txt"
-        concat = partial(pipeline.concatenate, train_text, sample)
-        stages.run("spm-sample", [sample], concat, options={"train_text": str(tok["train"])})
-        spm = partial(pipeline.train_sentencepiece, sample, text / "spm", args.spm_vocab, workers=w)
-        stages.run("spm-train", [text / "spm.model", text / "spm.vocab"], spm, options=stages.options("spm_vocab"))
+        spm = partial(pipeline.train_sentencepiece, train_text, text / "spm", args.spm_vocab, workers=w)
+        spm_options = stages.options("spm_vocab", train_text=str(tok["train"]))
+        stages.run("spm-train", [text / "spm.model", text / "spm.vocab"], spm, options=spm_options)
         encode = partial(pipeline.apply_sentencepiece, text / "spm.model", workers=w, quiet=quiet)
         bpe, model = "sentencepiece", text / "spm.model"
     for split in prefixes:

@@ -49,12 +49,9 @@ def atomic_outputs(paths: Sequence[Path]):
 
 
 def progress_bar(desc: str, total=None, unit="lines", quiet=False, start=0):
-    """A tqdm bar on stderr counting ``unit`` from ``start``; ``unit="B"`` counts bytes in KiB/MiB.
-
-    Redrawn at most twice a second on a terminal, every 30 seconds in a log file (CI), so logs stay
-    short. tqdm is imported here, not with the module: its import alone costs about 0.1 s of CPU,
-    which ``--help`` does not need.
-    """
+    """A tqdm bar on stderr counting ``unit`` from ``start``; ``unit="B"`` counts bytes in KiB/MiB. Redrawn at
+    most every 30 s in a log file (CI), so logs stay short; tqdm is imported here, not with the module, since
+    its import alone costs about 0.1 s of CPU, which ``--help`` does not need."""
     from tqdm import tqdm
 
     return tqdm(
@@ -72,12 +69,9 @@ def progress_bar(desc: str, total=None, unit="lines", quiet=False, start=0):
 
 
 def utf8_lines(path: Path) -> Iterator[str]:
-    """The lines of ``path`` (with their ``\\n``), decoded as UTF-8.
-
-    Python's own error names only a byte offset, and inside a worker pool it arrives as a
-    traceback; here a line that is not UTF-8 stops the run with its file and line number.
-    Lines end at ``\\n`` only (as ``newline="\\n"``): a stray ``\\r`` stays in its line.
-    """
+    """The lines of ``path`` (with their ``\\n``; a stray ``\\r`` stays in its line), decoded as UTF-8. Python's
+    own error names only a byte offset, and from a worker pool it arrives as a traceback; here a line that
+    is not UTF-8 stops the run with its file and line number."""
     with open(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
             try:

@@ -98,7 +98,7 @@ def prepare(args) -> pipeline.Stages:
         "spm-sample", [sample], draw, options=stages.options("spm_sample_lines", "temperature", "seed", pairs=pairs)
     )
     spm_args = (args.spm_vocab, args.spm_model_type, args.spm_character_coverage)
-    spm = partial(pipeline.train_sentencepiece, sample, text / "spm", *spm_args, workers=w)
+    spm = partial(pipeline.train_sentencepiece, [sample], text / "spm", *spm_args, workers=w)
     spm_options = stages.options("spm_vocab", "spm_model_type", "spm_character_coverage")
     stages.run("spm-train", [text / "spm.model", text / "spm.vocab"], spm, options=spm_options)
     dictionary = text / "dict.txt"

@@ -25,14 +25,10 @@ def stage_done(outputs: Iterable[Path], force: bool) -> bool:
 
 
 class Stages:
-    """Run named stages in order, each skipped only when its output is known to be current.
-
-    A stage is made from options (those that change its output, e.g. ``bpe_merges``) and inputs (files
-    the run does not write itself: raw text, archives); ``record_file`` (``OUT/stages.json``) keeps that
-    record of every completed stage. A later run skips a stage only when its outputs exist, its record is
-    the same, and no earlier stage of this run was redone: a stage may read what any earlier one wrote, so
-    once one is redone, every later one is too (the first difference is logged as a warning). Output
-    without a record is redone; ``force`` redoes every stage.
+    """Run named stages in order, each skipped only when its output is known to be current: its outputs exist,
+    ``record_file`` (``OUT/stages.json``) holds the same options (those that change its output) and inputs
+    (files the run does not write itself) for it, and no earlier stage of this run was redone, since a stage
+    may read what any earlier one wrote. The first difference is logged as a warning; ``force`` redoes all.
     """
 
     def __init__(self, record_file: Path, force=False):
@@ -128,13 +124,10 @@ class RecipeStages(Stages):
         self.run("summary", [self.out / "summary.json", *records], write, options=vars(self.args))
 
     def translation(self, steps: TextSteps, bpe: str, model: Path) -> dict:
-        """``summary.json``'s ``translation`` record: what raw source text goes through before the model sees it
-        (``steps``, then fairseq's ``--bpe`` ``subword_nmt`` or ``sentencepiece`` with the file ``model``).
-
-        The plugin's ``fairseq_residual.hub.load_translator`` reads it (the plugin does not import these tools);
-        ``fairseq_interactive_flags`` are the same steps for ``fairseq-interactive``. Paths are relative to the
-        output folder, except in the flags.
-        """
+        """``summary.json``'s ``translation`` record, read by ``fairseq_residual.hub.load_translator``: what raw
+        source text goes through (``steps``, then fairseq's ``--bpe`` ``subword_nmt`` or ``sentencepiece`` with
+        the file ``model``), and the same as ``fairseq-interactive`` flags. Paths are relative to the output
+        folder, except in the flags."""
         model_key = {"subword_nmt": "bpe_codes", "sentencepiece": "sentencepiece_model"}[bpe]
         moses = steps.tokenize
         flags = ["--source-lang", self.args.src, "--target-lang", self.args.tgt]
@@ -243,16 +236,16 @@ def apply_bpe(codes: Path, inp: Path, out: Path, force=False, workers=1):
 
 
 def train_sentencepiece(
-    text: Path, model_prefix: Path, vocab_size: int, model_type="unigram", character_coverage=0.9995, workers=1
+    texts: List[Path], model_prefix: Path, vocab_size: int, model_type="unigram", character_coverage=0.9995, workers=1
 ):
-    """A SentencePiece model ``<model_prefix>.model`` / ``.vocab`` trained on ``text``."""
+    """A SentencePiece model ``<model_prefix>.model`` / ``.vocab`` trained on the lines of ``texts``."""
     import sentencepiece as spm
 
     tmp_prefix = Path(f"{model_prefix}.tmp{os.getpid()}")
     with atomic_outputs([Path(f"{model_prefix}.model"), Path(f"{model_prefix}.vocab")]) as tmp:
         try:
             spm.SentencePieceTrainer.train(
-                input=str(text),
+                input=[str(t) for t in texts],
                 model_prefix=str(tmp_prefix),
                 vocab_size=vocab_size,
                 model_type=model_type,
@@ -261,7 +254,7 @@ def train_sentencepiece(
                 minloglevel=2,
             )
         except RuntimeError as e:
-            raise DataError(f"SentencePiece training on {text} failed: {e}") from None
+            raise DataError(f"SentencePiece training on {', '.join(map(str, texts))} failed: {e}") from None
         os.replace(f"{tmp_prefix}.model", tmp[0])
         os.replace(f"{tmp_prefix}.vocab", tmp[1])
 
