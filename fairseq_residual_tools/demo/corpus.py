@@ -40,10 +40,10 @@ class Lexicon:
     prepositions: Dict[str, str]
 
 
-def _words(rng: random.Random, syllables: List[str], count: int, lengths=(2, 3, 4)) -> List[str]:
-    words = {}  # distinct words in the order drawn
+def _words(rng: random.Random, syllables: List[str], count: int) -> List[str]:
+    words = {}  # distinct words of 2-4 syllables, in the order drawn
     while len(words) < count:
-        words["".join(rng.choice(syllables) for _ in range(rng.choice(lengths)))] = None
+        words["".join(rng.choice(syllables) for _ in range(rng.choice((2, 3, 4))))] = None
     return list(words)
 
 
