@@ -17,6 +17,8 @@ import sys
 from dataclasses import dataclass
 from typing import List, Mapping, Optional
 
+import torch
+
 #: what a launcher sets, as (rank, world size, local rank) variable names
 RANK_VARIABLES = {
     "torchrun": ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
@@ -78,14 +80,12 @@ def split_argv(argv: List[str]):
 
 
 def main(argv=None):
-    import torch
-
     ranks_from, hydra_args = split_argv(list(sys.argv[1:] if argv is None else argv))
     rank = process_rank(os.environ, ranks_from)
     cpu = "common.cpu=true" in hydra_args or not torch.cuda.is_available()
     overrides = distributed_overrides(rank, cpu, torch.cuda.device_count())
 
-    from fairseq_cli import hydra_train
+    from fairseq_cli import hydra_train  # its import configures logging: only in the training process
 
     sys.argv = ["fairseq-hydra-train", *hydra_args, *overrides]
     hydra_train.cli_main()
