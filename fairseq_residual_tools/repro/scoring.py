@@ -12,6 +12,11 @@ from dataclasses import dataclass
 from statistics import mean
 from typing import Dict, List, Tuple
 
+from fairseq.data import Dictionary
+from fairseq.scoring.bleu import BleuConfig, Scorer
+from sacrebleu.metrics import BLEU
+from sacremoses import MosesDetokenizer
+
 _HYPOTHESIS = re.compile(r"^H-(\d+)\t[^\t\n]*\t?(.*)$", re.M)  # H-<id>\t<score>\t<text>
 _REFERENCE = re.compile(r"^T-(\d+)\t(.*)$", re.M)
 _BLEU = re.compile(r"^Generate \S+ with beam=\d+: (BLEU4? = ([0-9.]+).*)$", re.M)
@@ -50,9 +55,6 @@ def compound_split(line: str) -> str:
 
 def tokenized_bleu(hypotheses: List[str], references: List[str]) -> Tuple[float, str]:
     """BLEU-4 over whitespace tokens with fairseq's scorer, as ``fairseq-score`` computes it."""
-    from fairseq.data import Dictionary
-    from fairseq.scoring.bleu import BleuConfig, Scorer
-
     vocab = Dictionary()
     scorer = Scorer(BleuConfig(pad=vocab.pad(), eos=vocab.eos(), unk=vocab.unk()))
     for hyp, ref in zip(hypotheses, references, strict=True):
@@ -61,15 +63,11 @@ def tokenized_bleu(hypotheses: List[str], references: List[str]) -> Tuple[float,
 
 
 def detokenize(lines: List[str], lang: str) -> List[str]:
-    from sacremoses import MosesDetokenizer
-
     detok = MosesDetokenizer(lang=lang)
     return [detok.detokenize(line.split()) for line in lines]
 
 
 def sacrebleu_score(hypotheses: List[str], references: List[str], tokenize: str = "13a") -> Tuple[float, str]:
-    from sacrebleu.metrics import BLEU
-
     metric = BLEU(tokenize=tokenize)
     score = metric.corpus_score(hypotheses, [references])
     return round(score.score, 2), str(metric.get_signature())
