@@ -64,7 +64,8 @@ def build_lexicon(seed: int, nouns=700, adjectives=180, verbs=260, adverbs=40) -
 TARGET_DETERMINER = [["lo", "los"], ["la", "las"]]
 TARGET_ADJ_SUFFIX = [["o", "oi"], ["a", "ai"]]
 TARGET_NOUN_PLURAL = "en"
-TARGET_VERB_SUFFIX = {("present", 0): "et", ("present", 1): "ent", ("past", 0): "ot", ("past", 1): "ont"}
+# (source, target) verb suffix[tense][number]
+VERB_SUFFIX = {"present": [("s", "et"), ("", "ent")], "past": [("ed", "ot"), ("ed", "ont")]}
 
 
 def _noun_phrase(rng: random.Random, lex: Lexicon):
@@ -81,21 +82,16 @@ def _noun_phrase(rng: random.Random, lex: Lexicon):
 def _pair(rng: random.Random, lex: Lexicon) -> Tuple[str, str]:
     subj_src, subj_tgt, subj_plural = _noun_phrase(rng, lex)
     verb = rng.choice(list(lex.verbs))
-    tense = rng.choice(["present", "past"])
-    if tense == "past":
-        verb_src = [verb + "ed"]
-    else:
-        verb_src = [verb if subj_plural else verb + "s"]
-    verb_tgt = [lex.verbs[verb] + TARGET_VERB_SUFFIX[(tense, int(subj_plural))]]
+    src_suffix, tgt_suffix = VERB_SUFFIX[rng.choice(["present", "past"])][subj_plural]
     obj_src, obj_tgt, _ = _noun_phrase(rng, lex)
-    src = subj_src + verb_src + obj_src
+    src = subj_src + [verb + src_suffix] + obj_src
     tgt_middle = obj_tgt
     if rng.random() < 0.4:
         prep = rng.choice(list(lex.prepositions))
         pp_src, pp_tgt, _ = _noun_phrase(rng, lex)
         src += [prep] + pp_src
         tgt_middle = [lex.prepositions[prep]] + pp_tgt + tgt_middle
-    tgt = subj_tgt + tgt_middle + verb_tgt
+    tgt = subj_tgt + tgt_middle + [lex.verbs[verb] + tgt_suffix]
     if rng.random() < 0.3:
         adverb = rng.choice(list(lex.adverbs))
         src += [adverb]

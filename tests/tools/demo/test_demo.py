@@ -95,3 +95,11 @@ def test_a_setting_without_warmup_is_named_so():
     depth = dict(layers=12, lr=0.002, warmup_init_lr=0.002)
     rows = [dict(row("post", 12, 0.1, "stuck on a plateau"), depth=depth), dict(row("residual", 12, 9.0), depth=depth)]
     assert reading(rows).startswith("Measured: at E12D12 without warmup Post-LN failed by the rule while ResiDual")
+
+
+def test_the_reading_says_so_when_every_scheme_fails_at_a_depth():
+    rows = [row("post", 12, 0.0, "stuck on a plateau"), row("residual", 12, 0.1, "no progress")]
+    assert reading(rows) == (
+        "Measured: at E12D12 every scheme failed by the rule, so this run does not show Post-LN failing where "
+        "ResiDual trains."
+    )
