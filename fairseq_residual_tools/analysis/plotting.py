@@ -12,8 +12,6 @@ import numpy as np  # noqa: E402
 
 from . import probes  # noqa: E402
 
-SEED_STYLES = ("-", "--", ":", "-.")
-
 
 def scheme_colors(schemes):
     """One colour per scheme, by its place in the registry (the same in every figure)."""
@@ -29,28 +27,23 @@ def save(fig, path, dpi):
     plt.close(fig)
 
 
-def plot_training_curves(results, path, curve, ylabel):
-    """CPU study: one panel per (depth, warmup), one line per scheme and seed."""
-    depths = sorted({r["layers"] for r in results})
-    schemes = list(dict.fromkeys(r["scheme"] for r in results))
-    seeds = sorted({r["seed"] for r in results})
-    colors = scheme_colors(schemes)
-    fig, axes = plt.subplots(len(depths), 2, figsize=(10, 3.6 * len(depths)), squeeze=False, sharey=True)
-    for row, depth in enumerate(depths):
-        for col, warmup in enumerate((True, False)):
-            ax = axes[row][col]
-            for r in results:
-                if (r["layers"], r["warmup"]) != (depth, warmup) or not r[curve]:
-                    continue
-                label = f"{r['scheme']} seed {r['seed']}" + (" (fails)" if r["fails"] else "")
-                style = SEED_STYLES[seeds.index(r["seed"]) % len(SEED_STYLES)]
-                marker = "." if curve == "valid_curve" else None
-                ax.plot(*zip(*r[curve]), style, color=colors[r["scheme"]], label=label, marker=marker)
-            title = f"E{depth}D{depth}, warmup {'yes' if warmup else 'no'}"
-            ax.set(title=title, xlabel="updates", ylabel=ylabel if col == 0 else "")
-            ax.grid(alpha=0.3)
-            ax.legend(fontsize=7)
-    fig.suptitle("CPU-scale study on the synthetic corpus (small-scale analogue)")
+def plot_loss_curves(panels, curve, path, suptitle, ylabel, columns):
+    """Loss per update (``curve``: a run's key), one panel per ``title: [(run, label, plot options), ...]``,
+    ``columns`` panels a row; each run in its scheme's colour, its label marked "(fails)" when it failed."""
+    rows = -(-len(panels) // columns)
+    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.7 * rows), squeeze=False, sharey=True)
+    colors = scheme_colors(list(dict.fromkeys(run["scheme"] for lines in panels.values() for run, _, _ in lines)))
+    for ax, (title, lines) in zip(axes.flat, panels.items()):
+        for run, label, options in lines:
+            if run[curve]:
+                label += " (fails)" if run["fails"] else ""
+                ax.plot(*zip(*run[curve]), color=colors[run["scheme"]], label=label, **options)
+        ax.set(title=title, xlabel="updates")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7)
+    for ax in axes[:, 0]:
+        ax.set_ylabel(ylabel)
+    fig.suptitle(suptitle)
     fig.tight_layout()
     save(fig, path, dpi=100)
 

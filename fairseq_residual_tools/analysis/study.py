@@ -37,6 +37,7 @@ from ..training_log import json_record, log_span, outcome
 ROOT = Path(__file__).resolve().parents[2]
 #: the command-line settings that go into every run's fairseq-train command
 TRAINING_SETTINGS = ("dim", "lr", "warmup", "max_tokens", "max_update", "validate_every", "log_interval")
+SEED_STYLES = ("-", "--", ":", "-.")  # the line style of each seed in the curves
 
 
 @dataclass(frozen=True)
@@ -138,12 +139,23 @@ def failure_list(results: List[Dict]) -> str:
 
 
 def write_report(results: List[Dict], meta: Dict, out: Path):
-    from .plotting import plot_training_curves
+    from .plotting import plot_loss_curves
 
     out.mkdir(parents=True, exist_ok=True)
+    seeds = sorted({r["seed"] for r in results})
+    styles = {seed: SEED_STYLES[i % len(SEED_STYLES)] for i, seed in enumerate(seeds)}
     for curve, quantity in (("train", "training"), ("valid", "validation")):
+        marker = "." if curve == "valid" else None
+        panels = {}  # one per (depth, warmup), one line per scheme and seed
+        for depth, warmup in itertools.product(sorted({r["layers"] for r in results}), (True, False)):
+            panels[f"E{depth}D{depth}, warmup {'yes' if warmup else 'no'}"] = [
+                (r, f"{r['scheme']} seed {r['seed']}", dict(linestyle=styles[r["seed"]], marker=marker))
+                for r in results
+                if (r["layers"], r["warmup"]) == (depth, warmup)
+            ]
+        suptitle = "CPU-scale study on the synthetic corpus (small-scale analogue)"
         ylabel = f"{quantity} loss (label-smoothed CE, base 2)"
-        plot_training_curves(results, out / f"{curve}_loss.png", f"{curve}_curve", ylabel)
+        plot_loss_curves(panels, f"{curve}_curve", out / f"{curve}_loss.png", suptitle, ylabel, columns=2)
     (out / "results.json").write_text(json.dumps({**meta, "runs": results}, indent=1) + "\n")
     # the reading of the numbers is written by a person, kept in summary.md and inlined here
     summary_file = out / "summary.md"

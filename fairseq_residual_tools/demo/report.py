@@ -89,31 +89,15 @@ def samples(rows: List[Dict], sources: List[str], references: List[str], count: 
     return "\n".join(lines)
 
 
-def plot_curves(rows: List[Dict], path: Path):
-    """Training loss per update, one panel per depth, one line per scheme (failed runs marked)."""
-    from ..analysis.plotting import plt, save, scheme_colors
-
-    depths = [(label, list(at)) for label, at in groupby(rows, key=row_depth)]
-    colors = scheme_colors(list(dict.fromkeys(r["scheme"] for r in rows)))
-    fig, axes = plt.subplots(1, len(depths), figsize=(5 * len(depths), 3.8), squeeze=False)
-    for ax, (title, at) in zip(axes[0], depths):
-        for r in at:
-            if r["train_curve"]:
-                label = name(r) + (" (fails)" if r["fails"] else "")
-                ax.plot(*zip(*r["train_curve"]), color=colors[r["scheme"]], label=label)
-        ax.set(title=title, xlabel="updates", ylabel="training loss (label-smoothed CE, base 2)")
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.suptitle("make demo: the embedded synthetic corpus on CPU")
-    fig.tight_layout()
-    save(fig, path, dpi=100)
-
-
 def write_report(rows: List[Dict], meta: Dict, sources: List[str], references: List[str], out) -> str:
     """results.json, curves.png and README.md in ``out``; returns the text printed on the console."""
+    from ..analysis.plotting import plot_loss_curves  # matplotlib, and torch through the probes
+
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    plot_curves(rows, out / "curves.png")
+    panels = {label: [(r, name(r), {}) for r in at] for label, at in groupby(rows, key=row_depth)}
+    suptitle, ylabel = "make demo: the embedded synthetic corpus on CPU", "training loss (label-smoothed CE, base 2)"
+    plot_loss_curves(panels, "train_curve", out / "curves.png", suptitle, ylabel, columns=len(panels))
     (out / "results.json").write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n")
     s = meta["settings"]
     c = s["corpus"]
