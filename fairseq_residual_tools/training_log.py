@@ -55,13 +55,6 @@ class TrainLog:
     nan_error: bool  # fairseq reported a NaN / loss-scale failure
 
 
-def _loss(value) -> float:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def json_record(line: str) -> Optional[dict]:
     """The JSON record of a ``--log-format json`` line (after fairseq's prefix), or None."""
     try:
@@ -79,11 +72,11 @@ def parse_log(text: str) -> TrainLog:
         rec = json_record(line)
         if rec is not None:
             if "valid_loss" in rec:
-                valid.append((int(rec.get("valid_num_updates", 0)), _loss(rec["valid_loss"])))
+                valid.append((int(rec.get("valid_num_updates", 0)), float(rec["valid_loss"])))
             elif "loss" in rec and "num_updates" in rec and "update" in rec:
-                inner.append((int(rec["num_updates"]), _loss(rec["loss"])))
+                inner.append((int(rec["num_updates"]), float(rec["loss"])))
             elif "train_loss" in rec and "train_num_updates" in rec:
-                summary.append((int(rec["train_num_updates"]), _loss(rec["train_loss"])))
+                summary.append((int(rec["train_num_updates"]), float(rec["train_loss"])))
             continue
         match, loss = _SIMPLE.search(line), _SIMPLE_LOSS.search(line)
         if match and loss:
@@ -93,7 +86,7 @@ def parse_log(text: str) -> TrainLog:
                 target = summary
             else:
                 target = inner
-            target.append((int(match.group(1)), _loss(loss.group(1))))
+            target.append((int(match.group(1)), float(loss.group(1))))
     # per-interval losses when logged, end-of-epoch averages (which lag) otherwise;
     # the latest value logged for each update, in update order
     train, valid = (sorted(dict(points).items()) for points in (inner or summary, valid))
