@@ -16,7 +16,7 @@ from pathlib import Path
 
 import fairseq_residual
 from fairseq_residual_tools.bench.isolation import in_fresh_process
-from fairseq_residual_tools.bench.variants import SIZES, Variant
+from fairseq_residual_tools.bench.variants import SIZES, variants
 from fairseq_residual_tools.provenance import provenance
 
 SCHEMES = ("pre", "dlcl")
@@ -30,10 +30,8 @@ def main(argv=None):
     parser.add_argument("--out", type=Path, required=True, help="JSON file to write")
     args = parser.parse_args(argv)
     size = SIZES[args.size]
-    memory = {}
-    for scheme in SCHEMES:
-        variant = Variant(scheme, f"residual_transformer --residual-scheme {scheme}", scheme)
-        memory[scheme] = in_fresh_process("memory_probe", args.threads, size=size, variant=variant)
+    plugin = [v for v in variants(SCHEMES) if v.scheme]  # not fairseq's stock transformers
+    memory = {v.name: in_fresh_process("memory_probe", args.threads, size=size, variant=v) for v in plugin}
     ratio = {key: memory["dlcl"][key] / memory["pre"][key] for key in MEASURES if memory["pre"][key]}
     record = {
         "command": " ".join([Path(sys.argv[0]).name] + (argv if argv is not None else sys.argv[1:])),
