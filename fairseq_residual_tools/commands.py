@@ -67,9 +67,7 @@ def run_training(cmd: Sequence[str], out_file: Path, label: str, on_line: Option
 def score_test_set(databin, save_dir: Path, references: List[str], label: str, *extra) -> Tuple[List[str], Dict]:
     """Decode the test set with ``save_dir``'s last checkpoint (``extra``: more options) and score it with sacrebleu:
     the hypotheses and the result fields ``bleu``, ``bleu_signature``, ``generate_command``; failure raises RunError."""
-    from sacrebleu.metrics import BLEU
-
-    from .repro.scoring import detokenize, parse_generate
+    from .repro.scoring import detokenize, parse_generate, sacrebleu_score  # fairseq: loaded only to score
 
     save_dir = Path(save_dir)
     cmd = fairseq_command(
@@ -85,10 +83,5 @@ def score_test_set(databin, save_dir: Path, references: List[str], label: str, *
     run_logged(cmd, save_dir / "generate.out", env=RUN_ENV, label=f"{label}: fairseq-generate")
     output = (save_dir / "generate-test" / "generate-test.txt").read_text(encoding="utf-8")
     hypotheses = detokenize(parse_generate(output).hypotheses, "en")  # Moses-detokenised, in test-set order
-    metric = BLEU()
-    score = metric.corpus_score(hypotheses, [references])
-    return hypotheses, dict(
-        bleu=round(score.score, 2),
-        bleu_signature=str(metric.get_signature()),
-        generate_command=" ".join(map(str, cmd[2:])),
-    )
+    bleu, signature = sacrebleu_score(hypotheses, references)
+    return hypotheses, dict(bleu=bleu, bleu_signature=signature, generate_command=" ".join(map(str, cmd[2:])))
