@@ -55,9 +55,9 @@ def prepare(args) -> pipeline.Stages:
     train_text = [Path(f"{tok['train']}.{l}") for l in langs]
     if args.subword == "bpe":
         codes = text / "code"
-        learn = partial(pipeline.learn_joint_bpe, train_text, codes, args.bpe_merges, force=True, workers=w)
+        learn = partial(pipeline.learn_joint_bpe, train_text, codes, args.bpe_merges, workers=w)
         stages.run("learn-bpe", [codes], learn, options=stages.options("bpe_merges", train_text=str(tok["train"])))
-        encode = partial(pipeline.apply_bpe, codes, force=True, workers=w)
+        encode = partial(pipeline.apply_bpe, codes, workers=w)
         bpe, model = "subword_nmt", codes
     else:
         spm = partial(pipeline.train_sentencepiece, train_text, text / "spm", args.spm_vocab, workers=w)

@@ -63,14 +63,12 @@ def prepare(args) -> pipeline.Stages:
 
     codes = text / "code"
     train_text = [tmp / f"train.{l}" for l in LANGS]
-    learn = partial(pipeline.learn_joint_bpe, train_text, codes, args.bpe_merges, force=True, workers=w)
+    learn = partial(pipeline.learn_joint_bpe, train_text, codes, args.bpe_merges, workers=w)
     stages.run("learn-bpe", [codes], learn, options={"bpe_merges": args.bpe_merges})
     for split in SPLITS:
         for l in LANGS:
             src, dst = tmp / f"{split}.{l}", text / f"{split}.{l}"
-            stages.run(
-                f"apply-bpe.{split}.{l}", [dst], partial(pipeline.apply_bpe, codes, src, dst, force=True, workers=w)
-            )
+            stages.run(f"apply-bpe.{split}.{l}", [dst], partial(pipeline.apply_bpe, codes, src, dst, workers=w))
 
     stages.binarise({s: str(text / s) for s in SPLITS})
     stages.summary(

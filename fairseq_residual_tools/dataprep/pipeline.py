@@ -11,17 +11,13 @@ import shlex
 import shutil
 from functools import partial
 from pathlib import Path
-from typing import Callable, Dict, Iterable, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence
 
 from ..errors import DataError
 from .formats import atomic_outputs, progress_bar, utf8_chunks, write_json
-from .moses import TextSteps, process_file
+from .moses import TextSteps
 
 logger = logging.getLogger(__name__)
-
-
-def stage_done(outputs: Iterable[Path], force: bool) -> bool:
-    return not force and all(Path(p).exists() for p in outputs)
 
 
 class Stages:
@@ -107,7 +103,7 @@ class RecipeStages(Stages):
     def binarise(self, prefixes: Dict[str, str], **options):
         """``fairseq-preprocess --joined-dictionary`` of ``prefixes`` (split -> text prefix) into ``bin/``."""
         args = self.args
-        preprocess = partial(fairseq_preprocess, prefixes, args.src, args.tgt, self.databin, args.workers, force=True)
+        preprocess = partial(fairseq_preprocess, prefixes, args.src, args.tgt, self.databin, args.workers)
         self.run("binarise", [self.databin / "preprocess.done"], preprocess, self.options("src", "tgt", **options))
 
     def summary(self, pairs: Callable[[], dict], records: Optional[Dict[Path, object]] = None, **fields):
@@ -197,16 +193,8 @@ def split_every(inp: Path, every: int, kept: Path, taken: Path):
             (t if n % every == 0 else k).write(line)
 
 
-def moses_tokenize(inp: Path, out: Path, lang: str, force=False):
-    """``tokenizer.perl -l lang`` (escaping on: ``'`` -> ``&apos;``), unless ``out`` exists and not ``force``."""
-    if not stage_done([out], force):
-        process_file(TextSteps(lang=lang), inp, out, quiet=True)
-
-
-def learn_joint_bpe(inputs: List[Path], codes: Path, merges: int, force=False, workers=1):
+def learn_joint_bpe(inputs: List[Path], codes: Path, merges: int, workers=1):
     """Joint BPE (subword-nmt ``learn_bpe.py -s merges``) learned on the concatenation of ``inputs``."""
-    if stage_done([codes], force):
-        return
     from subword_nmt.learn_bpe import learn_bpe
 
     # one file holding every input (subword-nmt's parallel word count reads a named file)
@@ -223,10 +211,8 @@ def learn_joint_bpe(inputs: List[Path], codes: Path, merges: int, force=False, w
         joined.unlink(missing_ok=True)
 
 
-def apply_bpe(codes: Path, inp: Path, out: Path, force=False, workers=1):
+def apply_bpe(codes: Path, inp: Path, out: Path, workers=1):
     """subword-nmt ``apply_bpe.py -c codes`` (``@@ `` marks a split inside a word)."""
-    if stage_done([out], force):
-        return
     from subword_nmt.apply_bpe import BPE
 
     with open(codes, encoding="utf-8") as c:
@@ -297,14 +283,12 @@ def run_fairseq_preprocess(prefixes: Dict[str, str], src: str, tgt: str, destdir
     return argv
 
 
-def fairseq_preprocess(prefixes: Dict[str, str], src: str, tgt: str, destdir: Path, workers=1, force=False) -> Path:
+def fairseq_preprocess(prefixes: Dict[str, str], src: str, tgt: str, destdir: Path, workers=1):
     """Binarise with ``fairseq-preprocess --joined-dictionary``; ``destdir`` appears only when complete.
 
     ``prefixes["test"]`` may list several comma-separated prefixes: fairseq names
     them ``test``, ``test1``, ``test2``, ...
     """
-    if not stage_done([destdir / "preprocess.done"], force):
-        with atomic_outputs([destdir]) as (tmp,):
-            argv = run_fairseq_preprocess(prefixes, src, tgt, tmp, workers, "--joined-dictionary")
-            (tmp / "preprocess.done").write_text("fairseq-preprocess " + " ".join(argv) + "\n")
-    return destdir
+    with atomic_outputs([destdir]) as (tmp,):
+        argv = run_fairseq_preprocess(prefixes, src, tgt, tmp, workers, "--joined-dictionary")
+        (tmp / "preprocess.done").write_text("fairseq-preprocess " + " ".join(argv) + "\n")

@@ -104,7 +104,7 @@ def prepare(args) -> pipeline.Stages:
 
     codes = text / "code"
     train_text = [Path(f"{tok['train']}.{l}") for l in LANGS]
-    learn = partial(pipeline.learn_joint_bpe, train_text, codes, args.bpe_merges, force=True, workers=w)
+    learn = partial(pipeline.learn_joint_bpe, train_text, codes, args.bpe_merges, workers=w)
     stages.run("learn-bpe", [codes], learn, options={"bpe_merges": args.bpe_merges, "valid": args.valid})
     # train (and fairseq's held-out valid) are cleaned after BPE; test sets are kept whole
     cleaned = {"train"} | ({"valid"} if args.valid == "every-100th" else set())
@@ -112,7 +112,7 @@ def prepare(args) -> pipeline.Stages:
         bpe_prefix = tmp / f"bpe.{split}" if split in cleaned else text / split
         for l in LANGS:
             inp, out = Path(f"{prefix}.{l}"), Path(f"{bpe_prefix}.{l}")
-            apply = partial(pipeline.apply_bpe, codes, inp, out, force=True, workers=w)
+            apply = partial(pipeline.apply_bpe, codes, inp, out, workers=w)
             stages.run(f"apply-bpe.{split}.{l}", [out], apply, options={"valid": args.valid})
         if split in cleaned:
             clean = partial(clean_corpus, str(bpe_prefix), "en", "de", str(text / split), 1, 250, 1.5)

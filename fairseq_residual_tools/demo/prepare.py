@@ -1,9 +1,11 @@
-"""Embedded corpus -> Moses tokens -> joint BPE -> fairseq data-bin, with the shared pipeline."""
+"""Embedded corpus -> Moses tokens -> joint BPE -> fairseq data-bin, as the shared pipeline's stages."""
 
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from ..dataprep import pipeline
+from ..dataprep.moses import TextSteps, process_file
 from .corpus import write_corpus
 
 SRC, TGT = "src", "tgt"
@@ -16,24 +18,28 @@ class DemoData:
     raw_prefixes: dict  # split -> raw text prefix (for detokenised references)
 
 
-def prepare_demo_data(work, seed=1, train=6000, valid=300, test=300, bpe_merges=3000, force=False, **vocabulary):
-    """``vocabulary``: the lexicon sizes of ``corpus.generate_corpus``."""
+def prepare_demo_data(work, seed=1, train=6000, valid=300, test=300, bpe_merges=3000, **vocabulary):
+    """``vocabulary``: the lexicon sizes of ``corpus.generate_corpus``. A stage done with the same arguments
+    (``work/stages.json``) is reused."""
     work = Path(work)
     raw = write_corpus(work / "raw", seed=seed, src=SRC, tgt=TGT, train=train, valid=valid, test=test, **vocabulary)
-    tok, bpe = work / "tok", work / "bpe"
-    tok.mkdir(parents=True, exist_ok=True)
-    bpe.mkdir(parents=True, exist_ok=True)
+    settings = dict(seed=seed, train=train, valid=valid, test=test, bpe_merges=bpe_merges, **vocabulary)
+    stages = pipeline.Stages(work / "stages.json")
+    tok, bpe, codes, databin = work / "tok", work / "bpe", work / "bpe.codes", work / "data-bin"
     for split, prefix in raw.items():
         pipeline.check_parallel(prefix, SRC, TGT)
         for lang in (SRC, TGT):
             # the synthetic languages use Latin script and English punctuation
-            pipeline.moses_tokenize(Path(f"{prefix}.{lang}"), tok / f"{split}.{lang}", "en", force=force)
-    codes = work / "bpe.codes"
-    pipeline.learn_joint_bpe([tok / f"train.{SRC}", tok / f"train.{TGT}"], codes, bpe_merges, force=force)
+            tokenize = partial(
+                process_file, TextSteps(lang="en"), f"{prefix}.{lang}", tok / f"{split}.{lang}", quiet=True
+            )
+            stages.run(f"tokenize.{split}.{lang}", [tok / f"{split}.{lang}"], tokenize, settings)
+    learn = partial(pipeline.learn_joint_bpe, [tok / f"train.{SRC}", tok / f"train.{TGT}"], codes, bpe_merges)
+    stages.run("learn-bpe", [codes], learn, settings)
     for split in raw:
         for lang in (SRC, TGT):
-            pipeline.apply_bpe(codes, tok / f"{split}.{lang}", bpe / f"{split}.{lang}", force=force)
-    databin = pipeline.fairseq_preprocess(
-        {split: str(bpe / split) for split in raw}, SRC, TGT, work / "data-bin", force=force
-    )
+            apply = partial(pipeline.apply_bpe, codes, tok / f"{split}.{lang}", bpe / f"{split}.{lang}")
+            stages.run(f"apply-bpe.{split}.{lang}", [bpe / f"{split}.{lang}"], apply, settings)
+    binarise = partial(pipeline.fairseq_preprocess, {split: str(bpe / split) for split in raw}, SRC, TGT, databin)
+    stages.run("binarise", [databin / "preprocess.done"], binarise, settings)
     return DemoData(root=work, databin=databin, raw_prefixes=raw)
