@@ -54,8 +54,7 @@ def _child(function: str, arguments: str) -> None:
 
     kwargs = json.loads(arguments)
     torch.set_num_threads(kwargs.pop("threads"))
-    if "size" in kwargs:
-        kwargs["size"] = Size(**kwargs["size"])
+    kwargs["size"] = Size(**kwargs["size"])  # measure_size and memory_probe both take one
     if "variant" in kwargs:
         kwargs["variant"] = Variant(**kwargs["variant"])
     result = {"measure_size": measure_size, "memory_probe": memory_probe}[function](**kwargs)

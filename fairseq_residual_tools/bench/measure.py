@@ -203,33 +203,25 @@ def run(
         "reference": REFERENCE,
         "sizes": [],
     }
-    measure = dict(
+    settings = dict(
         warmup=warmup, reps=reps, gen_reps=gen_reps, fresh_process_memory=fresh_process_memory, device=device
     )
-    callers_threads = torch.get_num_threads()
+    measure = functools.partial(measure_size, log=log, **settings)
+    if fresh_process_per_size:  # a child's progress lines go to its (our) stderr
+        measure = functools.partial(in_fresh_process, "measure_size", threads, malloc, **settings)
     torch.set_num_threads(threads)
     started = time.perf_counter()
-    try:
-        for size in sizes:
-            size_started, load_before = time.perf_counter(), os.getloadavg()
-            results = []
-            for layout in range(layouts):
-                settings = dict(measure, layout=layout, memory=layout == 0)
-                if fresh_process_per_size:
-                    log(f"[{size.name}] layout {layout + 1} of {layouts}, in a fresh process")
-                    results.append(in_fresh_process("measure_size", threads, malloc, size=size, **settings))
-                else:
-                    results.append(measure_size(size, log=log, **settings))
-            result = pool_layouts(results)
-            # the machine may be shared: each size records how busy it was around it
-            result.update(
-                seconds=time.perf_counter() - size_started,
-                load_average_before=load_before,
-                load_average_after=os.getloadavg(),
-            )
-            record["sizes"].append(result)
-    finally:
-        torch.set_num_threads(callers_threads)
+    for size in sizes:
+        size_started, load_before = time.perf_counter(), os.getloadavg()
+        results = [measure(size=size, layout=layout, memory=layout == 0) for layout in range(layouts)]
+        result = pool_layouts(results)
+        # the machine may be shared: each size records how busy it was around it
+        result.update(
+            seconds=time.perf_counter() - size_started,
+            load_average_before=load_before,
+            load_average_after=os.getloadavg(),
+        )
+        record["sizes"].append(result)
     record["seconds"] = time.perf_counter() - started
     record["load_average_after"] = os.getloadavg()
     return record
