@@ -1,16 +1,11 @@
-"""One process of a training: ``fairseq-hydra-train`` told explicitly which rank of which job it is.
+"""One process of a training: ``fairseq_cli.hydra_train`` told explicitly which rank of which job it is, as
+read from torchrun's or (``--ranks-from slurm``) srun's environment.
 
-torchrun and srun (``--ranks-from slurm``) start one copy of this per GPU (or per CPU process). Each copy
-reads its rank from the launcher's environment, passes it to fairseq and runs ``fairseq_cli.hydra_train``.
-
-fairseq's own rank inference (``infer_init_method``) ignores torchrun when fewer than two GPUs are
-visible (N independent jobs in one folder), divides by the GPU count (a ZeroDivisionError on CPU) and,
-without a launcher, spawns a process per visible GPU (docs/reproduce.md, "Why not torchrun
-fairseq-train"). ``distributed_init_method=env://`` skips it (torch reads MASTER_ADDR / MASTER_PORT,
-which torchrun sets and the srun launch exports) and ``distributed_no_spawn`` keeps fairseq from
-forking. On CPU the backend is gloo and the DDP wrapper fairseq's ``legacy_ddp`` (PyTorch's DDP
-refuses ``device_ids`` for a CPU module); on GPUs NCCL and PyTorch DDP, fairseq's defaults.
-"""
+fairseq's own rank inference ignores torchrun when fewer than two GPUs are visible, divides by the GPU
+count (a ZeroDivisionError on CPU) and, without a launcher, spawns a process per GPU (docs/reproduce.md,
+"Why not torchrun fairseq-train"). ``distributed_init_method=env://`` (MASTER_ADDR/PORT, which torchrun and
+the srun launch set) skips it and ``distributed_no_spawn`` keeps fairseq from forking. On CPU: gloo and
+fairseq's ``legacy_ddp`` (PyTorch's DDP refuses ``device_ids`` for a CPU module)."""
 
 import os
 import sys
@@ -49,11 +44,8 @@ def process_rank(environ: Mapping[str, str], ranks_from: Optional[str]) -> Proce
 
 
 def distributed_overrides(rank: ProcessRank, cpu: bool, visible_gpus: int = 0) -> List[str]:
-    """The hydra overrides that make fairseq one rank of a ``rank.world_size``-process job.
-
-    The GPU is the local rank among the GPUs this process sees (all of the node's,
-    or the one a SLURM GPU binding leaves it).
-    """
+    """The hydra overrides that make fairseq one rank of a ``rank.world_size``-process job. The GPU is the local
+    rank among the GPUs this process sees (all of the node's, or the one a SLURM GPU binding leaves it)."""
     if rank.world_size == 1:
         # a single process, even on a node with several GPUs (no spawning)
         return ["distributed_training.distributed_world_size=1"]

@@ -1,8 +1,5 @@
-"""Evaluating one trained cell as the paper scores it, into ``results/cells/<cell>.json``.
-
-A diverged training is recorded as ``"status": "fails"``; one that is not "trained" stops with one error,
-unless ``--allow-unfinished`` (recorded, and marked in the tables). Otherwise the last checkpoints are
-averaged, ``fairseq-generate`` decodes every test set and ``scoring`` scores them as the paper's table does.
+"""Evaluating one trained cell as the paper scores it, into ``results/cells/<cell>.json``: the last checkpoints
+averaged, every test set decoded by ``fairseq-generate`` and scored by ``scoring`` (docs/reproduce.md).
 """
 
 import functools
@@ -39,12 +36,8 @@ def last_checkpoints(folder, n: int, kind: str) -> List[Path]:
 
 
 def average_checkpoints(paths: List[Path], out: Path) -> Path:
-    """Write the mean of ``paths``' parameters to ``out``, as fairseq's ``scripts/average_checkpoints.py``.
-
-    That script is not in the installed ``fairseq`` package, so its logic is restated here: the mean of every
-    floating-point tensor (integer ones, such as counters, are the newest checkpoint's), written into the
-    newest checkpoint's state, without the optimizer state (decoding does not need it; it is twice the model).
-    """
+    """Write the mean of ``paths``' parameters to ``out``, as fairseq's ``scripts/average_checkpoints.py`` (not
+    in the installed package), without the optimizer state (decoding does not need it; it is twice the model)."""
     for i, path in enumerate(paths):
         state = torch.load(path, map_location="cpu", weights_only=True)
         params = state["model"]
@@ -58,10 +51,7 @@ def average_checkpoints(paths: List[Path], out: Path) -> Path:
     # the newest checkpoint, its floating-point tensors replaced by the means (counters and the like stay its own)
     state["model"] = {k: (total[k] / len(paths)).to(v.dtype) if k in total else v for k, v in params.items()}
     state.pop("last_optimizer_state", None)
-    out = Path(out)
-    tmp = out.with_name(out.name + ".tmp")
-    torch.save(state, tmp)
-    tmp.replace(out)
+    torch.save(state, out)
     return out
 
 
@@ -142,8 +132,7 @@ def evaluate(args) -> dict:
     averaged = average_checkpoints(checkpoints, cell_dir / f"checkpoint.average{len(checkpoints)}.pt")
     task = torch.load(averaged, map_location="cpu", weights_only=True)["cfg"]["task"]
     data = Path(args.data or task["data"])
-    eval_dir = cell_dir / "evaluation"
-    eval_dir.mkdir(exist_ok=True)
+    eval_dir = cell_dir / "evaluation"  # made by run_logged
     # decode(subset, task arguments, the --remove-bpe value, output file)
     decode = functools.partial(generate, data, averaged, args.cpu or not torch.cuda.is_available())
     langs = ["--source-lang", str(task.get("source_lang")), "--target-lang", str(task.get("target_lang"))]

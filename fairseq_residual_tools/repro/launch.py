@@ -1,11 +1,8 @@
 """Training one cell: the batch kept at the paper's size, the launch command, resume, the log.
 
-``train`` runs fairseq-hydra-train with the cell's config once per GPU through ``distributed_train``:
-directly for one process, with ``torchrun --standalone`` for G GPUs, with the same torchrun command run
-on every node (``--node-rank``, ``--master-addr``) for N nodes, or with ``srun`` inside a SLURM allocation.
-A cell writes to ``<work>/<cell name>/``: its checkpoints, ``train.log``, ``launch.json`` and ``train.done``
-(the evidence ``status`` reads). fairseq resumes from ``checkpoint_last.pt`` there, so after a kill
-(preemption, ``scancel``, a crashed node) the same command continues the cell.
+``train`` runs ``distributed_train`` once per GPU (directly, through torchrun, or srun in SLURM) and writes
+``<work>/<cell name>/`` (checkpoints, ``train.log``, ``launch.json``, ``train.done``); the same command resumes
+from ``checkpoint_last.pt`` there (docs/reproduce.md).
 """
 
 import functools
@@ -70,13 +67,8 @@ def derive_batch(
     max_tokens: Optional[int] = None,
     update_freq: Optional[int] = None,
 ) -> Batch:
-    """update_freq (and if needed max_tokens) for ``gpus`` GPUs that keep the paper's effective batch.
-
-    The paper's batch is ref_gpus x ref_max_tokens x ref_update_freq tokens. With more
-    GPUs, update_freq shrinks; once it reaches 1, max_tokens shrinks (down to
-    MIN_MAX_TOKENS). Giving both ``max_tokens`` and ``update_freq`` chooses another
-    batch deliberately (the printed line says it differs).
-    """
+    """update_freq, then max_tokens (down to MIN_MAX_TOKENS), for ``gpus`` GPUs that keep the paper's
+    batch of ref_gpus x ref_max_tokens x ref_update_freq tokens; giving both chooses another batch."""
     reference = (
         f"{ref_gpus} GPU{'s' if ref_gpus > 1 else ''} (assumed) x {ref_max_tokens} x update_freq {ref_update_freq}"
     )
@@ -276,11 +268,8 @@ def plan_launch(args, environ=os.environ, entry_module: str = ENTRY) -> LaunchPl
 
 @functools.lru_cache(maxsize=None)
 def dataset_config(dataset: str, extra: tuple = ()):
-    """The dataset's config with ``extra`` (composing also checks the overrides).
-
-    What the launcher reads from it -- the batch, the model width -- does not depend
-    on the scheme or the depth, so one composition serves all the dataset's cells.
-    """
+    """The dataset's config with ``extra`` (composing checks them). The batch and model width read from it
+    do not depend on the scheme or the depth, so one composition serves all the dataset's cells."""
     probe = Cell(dataset, "residual", 1, 1)
     # the data and OPUS-100's language lists need not exist to compose
     placeholders = ["task.data=/unused"] + (

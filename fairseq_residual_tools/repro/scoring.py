@@ -1,10 +1,5 @@
-"""BLEU as each of the paper's tables reports it (docs/reproduce.md, "Evaluation").
-
-* IWSLT-14: the BLEU that ``fairseq-generate --remove-bpe`` prints (tokenised, lowercased text).
-* WMT'14: tokenised BLEU with fairseq's compound splitting per test set, averaged over newstest2010-2016.
-* OPUS-100: SacreBLEU per direction, averaged over English->X (EX), X->English (XE) and all (ALL).
-
-IWSLT-14 and WMT'14 add SacreBLEU on Moses-detokenised text as a second figure.
+"""BLEU as each of the paper's tables reports it (docs/reproduce.md, "Evaluation"): ``score_iwslt``,
+``score_wmt`` and ``score_opus``; IWSLT-14 and WMT'14 add SacreBLEU on Moses-detokenised text.
 """
 
 import re
@@ -23,9 +18,7 @@ _BLEU = re.compile(r"^Generate \S+ with beam=\d+: (BLEU4? = ([0-9.]+).*)$", re.M
 
 
 @dataclass
-class Generation:
-    """What ``fairseq-generate`` printed for one test set, in test-set order."""
-
+class Generation:  # what fairseq-generate printed for one test set, in test-set order
     hypotheses: List[str]  # H- lines (post-processed: BPE removed)
     references: List[str]  # T- lines
     fairseq_bleu: float = None  # the "Generate ... BLEU4 = x" figure, when printed

@@ -1,11 +1,6 @@
-"""A cell's training state, read from the evidence in its folder -- never from what a command meant to do.
-
-The evidence, written to ``<work>/<cell>/`` by ``launch.train``: ``train.log`` (each launch appends
-``### <time> launch: <command>``, then fairseq's output) and ``launch.json`` (one record per launch,
-``"returncode": null`` until it ends; then fairseq's return code and the stop signal, if any). A last
-record without a return code is a launch that is running, or was killed together with its launcher.
-The states are checked in the order of their constants below (docs/reproduce.md, "Cell states").
-"""
+"""A cell's training state, read from the evidence ``launch.train`` writes to ``<work>/<cell>/`` (``train.log``,
+``launch.json``) -- never from what a command meant to do. The states are checked in the order of their
+constants below (docs/reproduce.md, "Cell states")."""
 
 import json
 import signal
@@ -37,8 +32,7 @@ class TrainingState:
     detail: str = ""
     returncode: int = 0
 
-    def describe(self) -> str:
-        """The state as the tables and errors show it, e.g. ``failed (exit 1)``."""
+    def describe(self) -> str:  # as the tables and errors show it
         if self.name == FAILED:
             return f"failed (exit {self.returncode})"
         if self.name == TRAINED:
@@ -46,8 +40,7 @@ class TrainingState:
         return self.name
 
 
-def launch_records(cell_dir: Path) -> list:
-    """The records of ``launch.json``, oldest first (none before the first launch)."""
+def launch_records(cell_dir: Path) -> list:  # launch.json: one record per launch, oldest first
     path = Path(cell_dir) / "launch.json"
     return json.loads(path.read_text()) if path.is_file() else []
 

@@ -1,14 +1,10 @@
-"""``results/tables.md``: the paper's four tables, measured / paper / difference per cell.
-
-A cell shows its score only from an evaluation of a finished training (or one marked ``--allow-unfinished``),
-with a dagger when the run departed from the paper's setting; otherwise "fails", the training's state
-(``status``) or "scheme not implemented" (docs/reproduce.md, "Tables").
-"""
+"""``results/tables.md``: the paper's four tables, measured / paper / difference per cell (docs/reproduce.md,
+"Tables"): a score only from an evaluation of a finished training (or one marked ``--allow-unfinished``)."""
 
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List
 
 from ..markdown import table as markdown_table
 from .cells import NOT_IMPLEMENTED, ROOT, Cell, PaperTable, paper_tables
@@ -49,10 +45,6 @@ def measured(cell: Cell, results_dir, work_dir) -> Measured:
     return Measured(state.describe(), failure=state.detail if state.name == FAILED else "")
 
 
-def _number(value) -> Optional[float]:
-    return float(value) if isinstance(value, (int, float)) else None
-
-
 def render(table: PaperTable, results_dir, work_dir) -> str:
     with_warmup = any(not r.warmup for r in table.rows)
     header = ["method"] + (["warmup"] if with_warmup else [])
@@ -63,8 +55,8 @@ def render(table: PaperTable, results_dir, work_dir) -> str:
         for column in table.columns:
             cell, metric = table.cell_and_metric(row, column)
             result = measured(cell, results_dir, work_dir)
-            paper = row.paper.get(column)
-            value = _number(result.scores.get(metric)) if result.status == MEASURED else None
+            paper = row.paper[column]  # a figure or "fails"
+            value = result.scores.get(metric) if result.status == MEASURED else None  # a float or None
             if value is not None:
                 shown = f"{value:.2f}"
                 if result.deviations:
@@ -74,8 +66,8 @@ def render(table: PaperTable, results_dir, work_dir) -> str:
                 shown = result.status
                 if result.failure:
                     failures[cell.name] = f"{result.status}: {result.failure}"
-            if value is not None and _number(paper) is not None:
-                diff = f"{value - _number(paper):+.2f}"
+            if value is not None and paper != FAILS:
+                diff = f"{value - paper:+.2f}"
             elif result.status == FAILS:
                 diff = "both fail" if paper == FAILS else "fails here only"
             elif value is not None and paper == FAILS:
