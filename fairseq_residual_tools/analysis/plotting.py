@@ -1,5 +1,6 @@
 """PNG figures of the probes and the CPU study (matplotlib, Agg backend)."""
 
+import itertools
 import logging
 import statistics
 
@@ -31,7 +32,9 @@ def plot_loss_curves(panels, curve, path, suptitle, ylabel, columns):
     """Loss per update (``curve``: a run's key), one panel per ``title: [(run, label, plot options), ...]``,
     ``columns`` panels a row; each run in its scheme's colour, its label marked "(fails)" when it failed."""
     rows = -(-len(panels) // columns)
-    fig, axes = plt.subplots(rows, columns, figsize=(5 * columns, 3.7 * rows), squeeze=False, sharey=True)
+    fig, axes = plt.subplots(
+        rows, columns, figsize=(5 * columns, 3.7 * rows), squeeze=False, sharey=True, layout="constrained"
+    )
     colors = scheme_colors(list(dict.fromkeys(run["scheme"] for lines in panels.values() for run, _, _ in lines)))
     for ax, (title, lines) in zip(axes.flat, panels.items()):
         for run, label, options in lines:
@@ -44,7 +47,6 @@ def plot_loss_curves(panels, curve, path, suptitle, ylabel, columns):
     for ax in axes[:, 0]:
         ax.set_ylabel(ylabel)
     fig.suptitle(suptitle)
-    fig.tight_layout()
     save(fig, path, dpi=100)
 
 
@@ -67,15 +69,12 @@ SHAPES = {**probes.DIVERSITY_SHAPES, "(1/2)^((N-k)/2)": probes.post_ln_gradient_
 
 
 def _figure_legend(fig, axes):
-    """One legend under all panels (labels deduplicated), then a tight layout above it."""
+    """One legend under all panels (labels deduplicated); the figure's constrained layout makes room for it."""
     entries = {}
     for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             entries.setdefault(label, handle)
-    ncol = min(len(entries), 6)
-    fig.legend(list(entries.values()), list(entries), loc="lower center", ncol=ncol, fontsize=8)
-    rows = -(-len(entries) // ncol) if entries else 0
-    fig.tight_layout(rect=(0, 0.03 * rows + 0.01, 1, 1))
+    fig.legend(list(entries.values()), list(entries), loc="outside lower center", ncol=min(len(entries), 6), fontsize=8)
 
 
 def plot_profiles(summary, metric, path):
@@ -84,27 +83,25 @@ def plot_profiles(summary, metric, path):
     schemes = list(summary)
     depths = sorted({int(d) for s in summary.values() for d in s})
     colors = scheme_colors(schemes)
-    fig, axes = plt.subplots(2, len(depths), figsize=(4.2 * len(depths), 7.5), squeeze=False)
-    for row, side in enumerate(probes.STACKS):
-        for col, depth in enumerate(depths):
-            ax = axes[row][col]
-            for scheme in schemes:
-                cell = summary[scheme].get(str(depth))
-                if not cell:
-                    continue
-                mean, std = np.array(cell[side][metric]["mean"]), np.array(cell[side][metric]["std"])
-                ks = list(range(1, len(mean) + 1))
-                ax.plot(ks, mean, color=colors[scheme], label=scheme)
-                ax.fill_between(ks, mean - std, mean + std, color=colors[scheme], alpha=0.2)
-                for name, style in REFERENCES.get((scheme, metric), {}).items() if len(mean) >= 2 else []:
-                    c = probes.fit_shape(mean, SHAPES[name])["c"]
-                    fitted = [c * SHAPES[name](k, len(mean)) for k in ks]
-                    ax.plot(ks, fitted, style, color=colors[scheme], lw=1, label=f"{scheme}: fitted {name}")
-            if metric != "cosine":
-                ax.set_yscale("log")
-            xlabel = "block k" if metric == "grad_norm" else "block k (pair k, k+1)"
-            ax.set(title=f"{side}, N = {depth}", xlabel=xlabel, ylabel=PROFILE_LABELS[metric] if col == 0 else "")
-            ax.grid(alpha=0.3)
+    fig, axes = plt.subplots(2, len(depths), figsize=(4.2 * len(depths), 7.5), squeeze=False, layout="constrained")
+    for ax, (side, depth) in zip(axes.flat, itertools.product(probes.STACKS, depths)):
+        for scheme in schemes:
+            cell = summary[scheme].get(str(depth))
+            if not cell:
+                continue
+            mean, std = np.array(cell[side][metric]["mean"]), np.array(cell[side][metric]["std"])
+            ks = list(range(1, len(mean) + 1))
+            ax.plot(ks, mean, color=colors[scheme], label=scheme)
+            ax.fill_between(ks, mean - std, mean + std, color=colors[scheme], alpha=0.2)
+            for name, style in REFERENCES.get((scheme, metric), {}).items() if len(mean) >= 2 else []:
+                c = probes.fit_shape(mean, SHAPES[name])["c"]
+                fitted = [c * SHAPES[name](k, len(mean)) for k in ks]
+                ax.plot(ks, fitted, style, color=colors[scheme], lw=1, label=f"{scheme}: fitted {name}")
+        if metric != "cosine":
+            ax.set_yscale("log")
+        xlabel = "block k" if metric == "grad_norm" else "block k (pair k, k+1)"
+        ax.set(title=f"{side}, N = {depth}", xlabel=xlabel, ylabel=PROFILE_LABELS[metric] if depth == depths[0] else "")
+        ax.grid(alpha=0.3)
     fig.suptitle(f"{PROFILE_LABELS[metric]} at initialisation (shaded: ± std over seeds)")
     _figure_legend(fig, axes)
     save(fig, path, dpi=90)
@@ -119,20 +116,18 @@ def plot_versus_depth(runs, path):
         ("grad_norm", lambda v: v[0] / v[-1], "gradient norm, block 1 / block N"),
         ("rel_diff", lambda v: v[-1], "||x^ln_N - x^ln_{N-1}|| / ||x^ln_{N-1}||"),
     )
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), squeeze=False)
-    for row, (metric, value, label) in enumerate(quantities):
-        for col, side in enumerate(probes.STACKS):
-            ax = axes[row][col]
-            for scheme in schemes:
-                depths = sorted({r["layers"] for r in runs if r["scheme"] == scheme})
-                stats = []
-                for depth in depths:
-                    values = [value(r[side][metric]) for r in runs if (r["scheme"], r["layers"]) == (scheme, depth)]
-                    stats.append((statistics.fmean(values), statistics.pstdev(values)))
-                means, stds = zip(*stats)
-                ax.errorbar(depths, means, yerr=stds, marker="o", capsize=3, color=colors[scheme], label=scheme)
-            ax.set(yscale="log", xlabel="layers per stack N", ylabel=label, title=side)
-            ax.grid(alpha=0.3)
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), squeeze=False, layout="constrained")
+    for ax, ((metric, value, label), side) in zip(axes.flat, itertools.product(quantities, probes.STACKS)):
+        for scheme in schemes:
+            depths = sorted({r["layers"] for r in runs if r["scheme"] == scheme})
+            stats = []
+            for depth in depths:
+                values = [value(r[side][metric]) for r in runs if (r["scheme"], r["layers"]) == (scheme, depth)]
+                stats.append((statistics.fmean(values), statistics.pstdev(values)))
+            means, stds = zip(*stats)
+            ax.errorbar(depths, means, yerr=stds, marker="o", capsize=3, color=colors[scheme], label=scheme)
+        ax.set(yscale="log", xlabel="layers per stack N", ylabel=label, title=side)
+        ax.grid(alpha=0.3)
     fig.suptitle("Probes at initialisation versus depth (mean ± std over seeds)")
     _figure_legend(fig, axes)
     save(fig, path, dpi=90)

@@ -142,10 +142,8 @@ def write_report(results: List[Dict], meta: Dict, out: Path):
     from .plotting import plot_loss_curves
 
     out.mkdir(parents=True, exist_ok=True)
-    seeds = sorted({r["seed"] for r in results})
-    styles = {seed: SEED_STYLES[i % len(SEED_STYLES)] for i, seed in enumerate(seeds)}
-    for curve, quantity in (("train", "training"), ("valid", "validation")):
-        marker = "." if curve == "valid" else None
+    styles = dict(zip(sorted({r["seed"] for r in results}), itertools.cycle(SEED_STYLES)))
+    for curve, quantity, marker in (("train", "training", None), ("valid", "validation", ".")):
         panels = {}  # one per (depth, warmup), one line per scheme and seed
         for depth, warmup in itertools.product(sorted({r["layers"] for r in results}), (True, False)):
             panels[f"E{depth}D{depth}, warmup {'yes' if warmup else 'no'}"] = [
