@@ -23,9 +23,8 @@ _stderr = functools.partial(print, file=sys.stderr, flush=True)
 def interleaved(
     jobs: Dict[str, Callable[[], object]], warmup: int, reps: int, wait: Callable[[], None]
 ) -> Dict[str, Dict[str, List[float]]]:
-    """``warmup`` untimed rounds, then ``reps`` timed rounds, each one run of every job in the given order,
-    every run ended by ``wait()`` (which returns once the device has done its work); per job the TIMING_KEYS
-    of each timed round.
+    """``warmup`` untimed rounds, then ``reps`` timed rounds of one run of every job in order, each run ended
+    by ``wait()`` (the device's synchronize); per job the TIMING_KEYS of each timed round.
 
     Interleaving makes slow phases of a shared machine hit every variant alike, and a variant's speed ratio
     is taken within one round. Beside wall time, user and system CPU time and minor page faults: on CPU,
@@ -55,8 +54,7 @@ def interleaved(
 
 
 def ratio_summary(reference: Sequence[float], other: Sequence[float]) -> Dict[str, float]:
-    """Speed of ``other`` relative to ``reference`` (reference seconds / other seconds) in each
-    round, as min / median / max over the rounds."""
+    """Speed of ``other`` relative to ``reference`` (reference seconds / other seconds) per round: min, median, max."""
     ratios = [r / o for r, o in zip(reference, other)]
     return {"min": min(ratios), "median": statistics.median(ratios), "max": max(ratios)}
 
@@ -139,7 +137,7 @@ def measure_size(
     }
 
     log(f"[{size.name}] layout {layout + 1}: training, {len(chosen)} variants, warm-up {warmup}, {reps} rounds")
-    steps = {n: TrainingStep(m, train_sample, task.target_dictionary.pad()) for n, m in models.items()}
+    steps = {n: TrainingStep(m, train_sample) for n, m in models.items()}
     times = interleaved(steps, warmup=max(warmup, 1), reps=reps, wait=wait)  # >= 1: Adam state exists
     result["train"] = speed_table(times, train_sample["ntokens"], "tokens_per_s")
     del steps

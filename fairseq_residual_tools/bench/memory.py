@@ -97,7 +97,7 @@ def memory_probe(size: Size, variant: Variant, device: str = "cpu") -> Dict[str,
     """The memory figures (module docstring) of one training step of ``variant`` at ``size``; MB."""
     task = SyntheticTask(size.vocab)
     sample = synthetic_batch(task, size.batch, size.src_len, size.tgt_len, seed=0, device=device)
-    step = TrainingStep(build_variant(variant, size, task, device=device), sample, task.target_dictionary.pad())
+    step = TrainingStep(build_variant(variant, size, task, device=device), sample)
     step()  # Adam state exists from here on
     persistent = step.persistent_bytes()
     if device == "cuda":  # the process's resident memory does not show the GPU's

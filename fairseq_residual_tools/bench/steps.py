@@ -46,17 +46,16 @@ def synthetic_batch(task, batch: int, src_len: int, tgt_len: int, seed: int = 0,
 class TrainingStep:
     """forward + label-smoothed CE + backward + Adam step, fp32; gradients freed after the step."""
 
-    def __init__(self, model, sample, padding_idx: int):
+    def __init__(self, model, sample):
         self.model = model.train()
         self.sample = sample
-        self.padding_idx = padding_idx
         self.optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98))
 
     def loss(self):
         net_output = self.model(**self.sample["net_input"])
         lprobs = self.model.get_normalized_probs(net_output, log_probs=True)
         lprobs, target = lprobs.view(-1, lprobs.size(-1)), self.sample["target"].view(-1)
-        loss, _ = label_smoothed_nll_loss(lprobs, target, LABEL_SMOOTHING, ignore_index=self.padding_idx)
+        loss, _ = label_smoothed_nll_loss(lprobs, target, LABEL_SMOOTHING, ignore_index=self.model.decoder.padding_idx)
         return loss
 
     def __call__(self):

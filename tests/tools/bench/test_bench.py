@@ -274,11 +274,7 @@ class _OpCounter(TorchDispatchMode):
 def _training_step_profile(scheme):
     task = SyntheticTask(TINY.vocab)
     sample = synthetic_batch(task, 4, 7, 6)
-    step = TrainingStep(
-        build_variant(Variant(scheme, scheme, scheme), TINY, task),
-        sample,
-        task.target_dictionary.pad(),
-    )
+    step = TrainingStep(build_variant(Variant(scheme, scheme, scheme), TINY, task), sample)
     counter = _OpCounter()
     with counter:
         step.loss().backward()
