@@ -6,12 +6,11 @@ import os
 import sys
 import tarfile
 import zlib
-from functools import partial
 from pathlib import Path
 from typing import Callable, List, Optional
 
 from ..errors import DataError, exit_on_user_error
-from .download import Archive, Checksums, fetch
+from .download import Checksums, fetch
 from .formats import atomic_outputs
 
 
@@ -104,28 +103,29 @@ class ArchiveSource:
         from the set of its paths. The stage's record holds the archive's pinned checksum (pinning one with
         ``--record-checksum`` changes it once, so the extraction is redone once)."""
         archive = self.checksums.archive(name)
-        extract = partial(self._extract, archive, members, dest, strip)
-        self.stages.run(stage, [dest], extract, {"archive": name, "sha256": archive.sha256 or archive.md5, **options})
-
-    def _extract(self, archive: Archive, members, dest: Path, strip: str):
         args = self.stages.args
-        path = fetch(archive, self.download_dir, self.checksums, args.base_url, args.record_checksum, args.quiet)
-        try:
-            with tarfile.open(path) as tar, atomic_outputs([Path(dest)]) as (tmp,):
-                names = set(tar.getnames())
-                if callable(members):
-                    members = members(names)
-                missing = [m for m in members if m not in names]
-                if missing:
-                    raise DataError(
-                        f"archive {path} lacks {', '.join(missing)}: not the expected release "
-                        f"(it holds {len(names)} entries)"
-                    )
-                chosen = [tar.getmember(m) for m in members]
-                for member in chosen:
-                    member.name = member.name.removeprefix(strip)
-                tar.extractall(tmp, members=chosen, filter="data")
-        except DataError:
-            raise
-        except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
-            raise DataError(f"cannot read archive {path}: {e}") from None
+
+        def fetch_and_extract():
+            path = fetch(archive, self.download_dir, self.checksums, args.base_url, args.record_checksum, args.quiet)
+            try:
+                with tarfile.open(path) as tar, atomic_outputs([Path(dest)]) as (tmp,):
+                    names = set(tar.getnames())
+                    wanted = members(names) if callable(members) else members
+                    missing = [m for m in wanted if m not in names]
+                    if missing:
+                        raise DataError(
+                            f"archive {path} lacks {', '.join(missing)}: not the expected release "
+                            f"(it holds {len(names)} entries)"
+                        )
+                    chosen = [tar.getmember(m) for m in wanted]
+                    for member in chosen:
+                        member.name = member.name.removeprefix(strip)
+                    tar.extractall(tmp, members=chosen, filter="data")
+            except DataError:
+                raise
+            except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
+                raise DataError(f"cannot read archive {path}: {e}") from None
+
+        self.stages.run(
+            stage, [dest], fetch_and_extract, {"archive": name, "sha256": archive.sha256 or archive.md5, **options}
+        )

@@ -1,10 +1,8 @@
 """Resumable, checksum-verified downloads of the corpora's release archives listed in ``checksums.json``.
 
-A download goes to ``<name>.part`` and resumes from its length on the next try (HTTP ``Range``; ``file://``
-URLs and plain paths are read from the same offset). It becomes ``<name>`` only once its size and sha256 (or
-md5, where only that is on record) match, and ``<name>.corrupt`` if they do not; an archive without a recorded
-checksum is refused until ``--record-checksum`` pins one. Mirrors and the sources of the checksums:
-"Downloads" in data-prep/README.md.
+A download goes to ``<name>.part``, resumes from its length (HTTP ``Range``; ``file://`` URLs and paths are read
+from the same offset) and becomes ``<name>`` once its size and checksum match, ``<name>.corrupt`` if not.
+Mirrors and the sources of the checksums: "Downloads" in data-prep/README.md.
 """
 
 import hashlib

@@ -19,7 +19,7 @@ from ..errors import DataError
 # prepare-iwslt14.sh: grep -v '<url>' | grep -v '<talkid>' | grep -v '<keywords>' and
 # sed -e 's/<title>//g' -e 's/<\/title>//g' -e 's/<description>//g' -e 's/<\/description>//g'
 _IWSLT_DROPPED = ("<url>", "<talkid>", "<keywords>")
-_IWSLT_STRIPPED = ("<title>", "</title>", "<description>", "</description>")
+_IWSLT_STRIPPED = re.compile(r"</?(title|description)>")
 
 _SEG_TAGS = re.compile(r'<seg id="[0-9]*">\s*|\s*</seg>\s*')
 
@@ -49,9 +49,8 @@ def atomic_outputs(paths: Sequence[Path]):
 
 
 def progress_bar(desc: str, total=None, unit="lines", quiet=False, start=0):
-    """A tqdm bar on stderr counting ``unit`` from ``start``; ``unit="B"`` counts bytes in KiB/MiB. Redrawn at
-    most every 30 s in a log file (CI), so logs stay short; tqdm is imported here, not with the module, since
-    its import alone costs about 0.1 s of CPU, which ``--help`` does not need."""
+    """A tqdm bar on stderr (``unit="B"``: bytes in KiB/MiB), redrawn at most every 30 s in a log file (CI), so
+    logs stay short. tqdm is imported here: its import costs about 0.1 s of CPU, which ``--help`` does not need."""
     from tqdm import tqdm
 
     return tqdm(
@@ -60,7 +59,6 @@ def progress_bar(desc: str, total=None, unit="lines", quiet=False, start=0):
         unit=unit if unit == "B" else f" {unit}",
         initial=start,
         disable=quiet,
-        file=sys.stderr,
         mininterval=0.5 if sys.stderr.isatty() else 30.0,
         unit_scale=unit == "B",
         unit_divisor=1024,
@@ -92,14 +90,8 @@ def utf8_chunks(path: Path, size: int) -> Iterator[List[str]]:
 
 def iwslt_train_lines(path: Path) -> List[str]:
     """The text lines of IWSLT's ``train.tags.*``: metadata lines dropped, title/description kept."""
-    out = []
-    for line in utf8_lines(path):
-        if any(tag in line for tag in _IWSLT_DROPPED):
-            continue
-        for tag in _IWSLT_STRIPPED:
-            line = line.replace(tag, "")
-        out.append(line.rstrip("\n"))
-    return out
+    lines = (line for line in utf8_lines(path) if not any(tag in line for tag in _IWSLT_DROPPED))
+    return [_IWSLT_STRIPPED.sub("", line).rstrip("\n") for line in lines]
 
 
 def seg_lines(path: Path) -> List[str]:
@@ -108,11 +100,9 @@ def seg_lines(path: Path) -> List[str]:
     As fairseq's recipes: lines without ``<seg id`` are skipped, the tags and the
     spaces around them removed, and the right single quotation mark replaced by ``'``.
     """
-    out = []
-    for line in utf8_lines(path):
-        if "<seg id" not in line:
-            continue
-        out.append(_SEG_TAGS.sub("", line.rstrip("\n")).replace("\u2019", "'"))
+    out = [
+        _SEG_TAGS.sub("", line.rstrip("\n")).replace("\u2019", "'") for line in utf8_lines(path) if "<seg id" in line
+    ]
     if not out:
         raise DataError(f"{path} has no <seg id=...> lines: not an IWSLT XML / WMT SGML test set")
     return out

@@ -73,7 +73,7 @@ def prepare(args) -> pipeline.Stages:
     source = ArchiveSource(stages)
     langs = parse_langs(args.langs, source.checksums)
     pairs = [pair_of(l) for l in langs]
-    w = args.workers
+    w, quiet = args.workers, args.quiet
 
     for pair in pairs:
         archive, members = f"opus-100-corpus-{pair}-v1.0.tar.gz", partial(pair_files, pair)
@@ -108,9 +108,7 @@ def prepare(args) -> pipeline.Stages:
         for split, prefix in release_text(pair).items():
             for lang in pair.split("-"):
                 raw, dst = Path(f"{prefix}.{lang}"), text / f"{split}.{pair}.{lang}"
-                encode = partial(
-                    pipeline.apply_sentencepiece, text / "spm.model", raw, dst, workers=w, quiet=args.quiet
-                )
+                encode = partial(pipeline.apply_sentencepiece, text / "spm.model", raw, dst, workers=w, quiet=quiet)
                 stages.run(f"encode.{split}.{pair}.{lang}", [dst], encode)
 
     with_valid = [l for l in langs if "valid" in release_text(pair_of(l))]

@@ -36,9 +36,7 @@ class Stages:
         self.ran: List[str] = []
         self.skipped: List[str] = []
 
-    def run(
-        self, name: str, outputs: Sequence[Path], fn: Callable[[], object], options: Optional[dict] = None, inputs=()
-    ):
+    def run(self, name: str, outputs: Sequence[Path], fn: Callable, options: Optional[dict] = None, inputs=()):
         """Run stage ``name`` (``fn``, which writes ``outputs``) unless it is current; see the class."""
         record = made_from(options or {}, inputs)
         reason = self._redo_reason(name, outputs, record)
@@ -79,11 +77,8 @@ class Stages:
 
 def made_from(options: Dict[str, object], inputs: Sequence[Path]) -> dict:
     """A stage's record: its options, and each input file's resolved path, size and modification time."""
-    files = {}
-    for p in inputs:
-        path = Path(p).resolve()
-        stat = path.stat() if path.exists() else None
-        files[str(path)] = f"{stat.st_size} bytes, mtime_ns {stat.st_mtime_ns}" if stat else "missing"
+    stats = {str(Path(p).resolve()): Path(p).stat() for p in inputs}  # the recipe checked that they exist
+    files = {path: f"{stat.st_size} bytes, mtime_ns {stat.st_mtime_ns}" for path, stat in stats.items()}
     return {"options": json.loads(json.dumps(options, default=str)), "inputs": files}
 
 
@@ -106,18 +101,14 @@ class RecipeStages(Stages):
         preprocess = partial(fairseq_preprocess, prefixes, args.src, args.tgt, self.databin, args.workers)
         self.run("binarise", [self.databin / "preprocess.done"], preprocess, self.options("src", "tgt", **options))
 
-    def summary(self, pairs: Callable[[], dict], records: Optional[Dict[Path, object]] = None, **fields):
-        """``summary.json``: the recipe, ``pairs()`` per split, ``fields``, the data-bin and every option;
-        ``records`` are other JSON files written with it."""
-        records = records or {}
+    def summary(self, pairs: Callable[[], dict], **fields):
+        """``summary.json``: the recipe, ``pairs()`` per split, ``fields``, the data-bin and every option."""
 
         def write():
-            for path, value in records.items():
-                write_json(path, value)
             info = {"recipe": self.recipe, "pairs": pairs(), **fields, "data_bin": str(self.databin)}
             write_json(self.out / "summary.json", {**info, "options": vars(self.args)})
 
-        self.run("summary", [self.out / "summary.json", *records], write, options=vars(self.args))
+        self.run("summary", [self.out / "summary.json"], write, options=vars(self.args))
 
     def translation(self, steps: TextSteps, bpe: str, model: Path) -> dict:
         """``summary.json``'s ``translation`` record, read by ``fairseq_residual.hub.load_translator``: what raw

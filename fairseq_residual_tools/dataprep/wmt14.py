@@ -10,7 +10,7 @@ from pathlib import Path
 from ..errors import DataError
 from . import pipeline
 from .cli import ArchiveSource, add_common_options, check_languages, recipe_parser, run_main
-from .formats import aligned_seg_lines, write_lines
+from .formats import aligned_seg_lines, write_json, write_lines
 from .moses import TextSteps, clean_corpus, process_file, process_lines
 
 LANGS = ("en", "de")
@@ -20,7 +20,6 @@ CORPORA = {  # name -> (archive, path prefix inside it)
     "news-commentary-v12": ("training-parallel-nc-v12.tgz", "training/news-commentary-v12.de-en"),
     "news-commentary-v9": ("training-parallel-nc-v9.tgz", "training/news-commentary-v9.de-en"),
 }
-DEV_ARCHIVE, TEST_ARCHIVE = "dev.tgz", "test-full.tgz"
 EXTRA_TEST_YEARS = (2010, 2011, 2012, 2013, 2015, 2016)
 # de-en sentences per newstest set (newstest2014 is the 3,003-sentence "full" version)
 NEWSTEST_SIZES = {2010: 2489, 2011: 3003, 2012: 3003, 2013: 3000, 2014: 3003, 2015: 2169, 2016: 2999}
@@ -60,8 +59,8 @@ def prepare(args) -> pipeline.Stages:
             find_sgm(names, f"{folder}/", y, l, args.src) for f, y in test_sets.values() if f == folder for l in LANGS
         ]
 
-    for stage, folder, archive in (("extract.dev", "dev", DEV_ARCHIVE), ("extract.test", "test-full", TEST_ARCHIVE)):
-        source.extract(stage, archive, partial(sgm_files, folder), orig / folder, src=args.src)
+    for folder in ("dev", "test-full"):  # dev.tgz and test-full.tgz
+        source.extract(f"extract.{folder}", f"{folder}.tgz", partial(sgm_files, folder), orig / folder, src=args.src)
 
     # training text: normalise, remove non-printing characters, tokenise -a (per corpus and side)
     steps = {
@@ -124,10 +123,11 @@ def prepare(args) -> pipeline.Stages:
     )
 
     split_names = {("test" if k == 0 else f"test{k}"): n for k, n in enumerate(test_sets)}  # fairseq's names
+    splits_file = stages.databin / "test_splits.json"
+    stages.run("test-splits", [splits_file], partial(write_json, splits_file, split_names))
     counted = {"train": "train", "valid": "valid", **split_of}  # name in summary.json -> text/ prefix
     stages.summary(
         lambda: {n: pipeline.same_length([text / f"{s}.{l}" for l in LANGS]) for n, s in counted.items()},
-        records={stages.databin / "test_splits.json": split_names},
         valid=args.valid,
         bpe_merges=args.bpe_merges,
         news_commentary=args.news_commentary,
