@@ -1,6 +1,6 @@
 """Embedded corpus -> Moses tokens -> joint BPE -> fairseq data-bin, as the shared pipeline's stages."""
 
-from dataclasses import dataclass
+from collections import namedtuple
 from functools import partial
 from pathlib import Path
 
@@ -9,13 +9,7 @@ from ..dataprep.moses import TextSteps, process_file
 from .corpus import write_corpus
 
 SRC, TGT = "src", "tgt"
-
-
-@dataclass
-class DemoData:
-    root: Path
-    databin: Path
-    raw_prefixes: dict  # split -> raw text prefix (for detokenised references)
+DemoData = namedtuple("DemoData", ["databin", "raw_prefixes"])  # raw_prefixes: split -> raw text prefix
 
 
 def prepare_demo_data(work, seed=1, train=6000, valid=300, test=300, bpe_merges=3000, **vocabulary):
@@ -30,10 +24,9 @@ def prepare_demo_data(work, seed=1, train=6000, valid=300, test=300, bpe_merges=
         pipeline.check_parallel(prefix, SRC, TGT)
         for lang in (SRC, TGT):
             # the synthetic languages use Latin script and English punctuation
-            tokenize = partial(
-                process_file, TextSteps(lang="en"), f"{prefix}.{lang}", tok / f"{split}.{lang}", quiet=True
-            )
-            stages.run(f"tokenize.{split}.{lang}", [tok / f"{split}.{lang}"], tokenize, settings)
+            out = tok / f"{split}.{lang}"
+            tokenize = partial(process_file, TextSteps(lang="en"), f"{prefix}.{lang}", out, quiet=True)
+            stages.run(f"tokenize.{split}.{lang}", [out], tokenize, settings)
     learn = partial(pipeline.learn_joint_bpe, [tok / f"train.{SRC}", tok / f"train.{TGT}"], codes, bpe_merges)
     stages.run("learn-bpe", [codes], learn, settings)
     for split in raw:
@@ -42,4 +35,4 @@ def prepare_demo_data(work, seed=1, train=6000, valid=300, test=300, bpe_merges=
             stages.run(f"apply-bpe.{split}.{lang}", [bpe / f"{split}.{lang}"], apply, settings)
     binarise = partial(pipeline.fairseq_preprocess, {split: str(bpe / split) for split in raw}, SRC, TGT, databin)
     stages.run("binarise", [databin / "preprocess.done"], binarise, settings)
-    return DemoData(root=work, databin=databin, raw_prefixes=raw)
+    return DemoData(databin, raw)

@@ -16,12 +16,15 @@ import os
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from functools import reduce
+from operator import getitem
 from pathlib import Path
 from typing import Dict, List
 
 import yaml
 
 from ..commands import run_training, score_test_set, train_command
+from ..dataprep.formats import write_json
 from ..errors import ConfigError, exit_on_user_error
 from ..provenance import provenance
 from ..training_log import json_record, outcome
@@ -44,10 +47,8 @@ def load_settings(path=DEFAULT_CONFIG, overrides: List[str] = ()) -> Dict:
         if not sep:
             raise ConfigError(f"--set {item!r} is not KEY=VALUE; write e.g. --set corpus.train=300")
         *sections, last = [int(part) if part.isdigit() else part for part in key.split(".")]
-        node = settings
         try:
-            for part in sections:
-                node = node[part]
+            node = reduce(getitem, sections, settings)
             node[last]  # an existing setting, in a section (not in a string)
         except (KeyError, IndexError, TypeError):
             node = None
@@ -122,9 +123,7 @@ def train_and_score(scheme: str, depth: Dict, settings: Dict, data, references, 
         train_command=" ".join(map(str, cmd[2:])),
         **scores,
     )
-    tmp = result_file.with_suffix(".tmp")
-    tmp.write_text(json.dumps(result, indent=1) + "\n")
-    tmp.replace(result_file)  # written whole or not at all: a kill here retrains nothing
+    write_json(result_file, result)  # written whole or not at all: a kill here retrains nothing
     print(f"[{label}] done: test BLEU {result['bleu']:.1f}, {'fails' if result['fails'] else 'trained'}", flush=True)
     return {**result, "reused": False}
 
