@@ -8,6 +8,7 @@ import os
 import platform
 import re
 import subprocess
+from contextlib import suppress
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
@@ -49,15 +50,11 @@ def git_state(root: Path = ROOT) -> Dict[str, object]:
 
 def machine() -> Dict[str, object]:
     """Operating system, CPU model, CPU count and memory: what speed figures depend on."""
-    processor = platform.processor() or platform.machine()
-    try:
+    processor, memory_gb = platform.processor() or platform.machine(), None
+    with suppress(OSError, AttributeError):  # not Linux, or no model name there
         processor = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M).group(1)
-    except (OSError, AttributeError):  # not Linux, or no model name there
-        pass
-    try:
+    with suppress(AttributeError, ValueError):  # no sysconf (Windows)
         memory_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
-    except (AttributeError, ValueError):  # no sysconf (Windows)
-        memory_gb = None
     return {
         "platform": platform.platform(),
         "processor": processor,

@@ -1,24 +1,12 @@
 """Reading fairseq training logs, and the one rule that calls a run "fails" (the paper's word for a
-training that diverges), used by the reproduction tables and the CPU-scale study:
-
-* the training loss became NaN or infinite (or fairseq stopped on a NaN / "minimum loss scale reached" error), or
-* the loss exploded: a logged training loss above ``EXPLODE_FACTOR`` times the lowest one seen before it,
-  after the first ``WARMUP_POINTS`` log points, or
-* no progress: with more than ``WARMUP_POINTS`` log points, the last logged training loss is not below
-  ``NO_PROGRESS_FRACTION`` of the first one, or
-* a plateau: with at least ``PLATEAU_MIN_POINTS`` log points, the loss over the last two thirds of the curve
-  fell by less than ``PLATEAU_DROP`` (mean of the three points around the one-third mark vs mean of the last
-  three) while it is still above ``PLATEAU_LEVEL`` times the first logged loss.
+training that diverges), used by the reproduction tables and the CPU-scale study: a NaN/inf loss, an exploding
+loss, no progress, or a plateau (``divergence``; ``RULE`` says it in one sentence for reports).
 
 The plateau is how Post-LN fails at small scale: its loss drops quickly to about the loss of predicting target
 tokens by their frequency alone and stays there, below 0.9x the first loss, so the no-progress test passes it.
 The level condition keeps a converged run, flat far below where it started, from counting as stuck. Thresholds
 from the CPU study's recorded curves (results/cpu-study/results.json): its stuck Post-LN runs fell 0.7-1.4 %
 over their last two thirds, every run that kept learning 2.7 % or more.
-
-Training losses are the per-interval ``train_inner`` values, or the epoch averages in a log that has none
-(``--log-interval`` longer than an epoch). An update logged twice (a resumed run repeats the updates after its
-last checkpoint) counts once, with its latest value.
 """
 
 import json
@@ -36,7 +24,6 @@ NO_PROGRESS_FRACTION = 0.9
 PLATEAU_MIN_POINTS = 9
 PLATEAU_DROP = 0.02
 PLATEAU_LEVEL = 0.6
-#: the rule in one sentence, for reports
 RULE = (
     f"NaN/inf loss, a training loss above {EXPLODE_FACTOR:g}x the best before it, a last loss not below "
     f"{NO_PROGRESS_FRACTION:g}x the first, or a plateau: less than {PLATEAU_DROP:.0%} lower over the last two thirds "
@@ -87,8 +74,8 @@ def parse_log(text: str) -> TrainLog:
             else:
                 target = inner
             target.append((int(match.group(1)), float(loss.group(1))))
-    # per-interval losses when logged, end-of-epoch averages (which lag) otherwise;
-    # the latest value logged for each update, in update order
+    # per-interval losses when logged, end-of-epoch averages (which lag) otherwise (``--log-interval`` longer
+    # than an epoch); the latest value logged for each update (a resumed run logs some again), in update order
     train, valid = (sorted(dict(points).items()) for points in (inner or summary, valid))
     return TrainLog(train=train, valid=valid, nan_error=nan_error)
 
