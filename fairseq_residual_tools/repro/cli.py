@@ -15,9 +15,8 @@ import torch
 
 from ..errors import UserError
 from .cells import NOT_IMPLEMENTED, paper_cells, parse_cell
-from .estimates import gpu_hours
 from .evaluate import evaluate
-from .launch import dataset_config, train
+from .launch import dataset_config, gpu_hours, train
 from .status import FAILS, TRAINED, training_state
 from .tables import DEFAULT_OUT, DEFAULT_RESULTS, DEFAULT_WORK, make_tables, measured, result_path
 

@@ -64,12 +64,9 @@ def training_record(cell_dir: Path) -> dict:
     return {
         "launches": len(launches),
         "command": last["shell"],
-        "launcher": last["launcher"],
+        **{key: last[key] for key in ("launcher", "nodes", "cpu", "deviations")},
         "gpus": last["gpus_per_node"] * last["nodes"],
-        "nodes": last["nodes"],
-        "cpu": last["cpu"],
         "effective_batch": last["batch"]["text"],
-        "deviations": last.get("deviations", []),
         "wall_seconds": round(sum(r.get("wall_seconds", 0) for r in launches), 1),
     }
 

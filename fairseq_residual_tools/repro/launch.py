@@ -27,7 +27,6 @@ import fairseq_residual  # noqa: F401  (registers the model's options)
 from ..errors import ConfigError, DataError
 from ..runner import PLUGIN_DIR, RunError, run_logged
 from .cells import CONFIG_DIR, DATASETS, NOT_IMPLEMENTED, ROOT, Cell, Dataset, parse_cell
-from .estimates import gpu_hours
 from .status import FAILS, LAUNCH_MARK, TRAINED, launch_records, training_state
 
 ENTRY = "fairseq_residual_tools.repro.distributed_train"
@@ -98,6 +97,32 @@ def derive_batch(
         + (f" with --max-tokens {max_tokens}" if max_tokens else f" with at least {MIN_MAX_TOKENS} tokens per GPU")
         + "; use a GPU count that divides it, or give --max-tokens and --update-freq to choose another batch"
     )
+
+
+#: assumed vocabulary sizes (joint BPE merges / SentencePiece pieces of data-prep/)
+VOCAB = {"iwslt14": 10_000, "wmt14": 40_000, "opus100": 64_000}
+IWSLT_UPDATES = 80_000  # about 70 epochs of 160k pairs at 4096 tokens: an assumption
+FP32_FLOPS = 6e12  # about 30% of an A100's 19.5 TFLOP/s fp32 peak
+HALF_FLOPS = 60e12  # about 20% of an A100's 312 TFLOP/s fp16 tensor-core peak
+VALIDATION_OVERHEAD = {"iwslt14": 1.5, "wmt14": 1.1, "opus100": 1.1}
+
+
+def gpu_hours(cell: Cell, cfg, tokens: int) -> float:
+    """Estimated GPU-hours of ``cell`` from its composed config at ``tokens`` per update (docs/reproduce.md).
+
+    Training compute is 6 x weights x tokens (forward 2, backward 4 FLOPs per weight and token; attention
+    scores add under 2% at these lengths and are left out), with per source token 4d^2 + 2 d f weights in each
+    encoder layer, per target token 8d^2 + 2 d f in each decoder layer plus the output projection d x V.
+    ``tokens`` is an upper bound (max_tokens counts padding).
+    """
+    d, ffn, vocab = int(cfg.model.encoder_embed_dim), int(cfg.model.encoder_ffn_embed_dim), VOCAB[cell.dataset]
+    encoder = cell.encoder_layers * (4 * d * d + 2 * d * ffn)
+    decoder = cell.decoder_layers * (8 * d * d + 2 * d * ffn) + d * vocab
+    updates = int(cfg.optimization.max_update) or IWSLT_UPDATES
+    flops = 6.0 * (encoder + decoder) * tokens * updates
+    half = bool(cfg.common.amp or cfg.common.fp16 or cfg.common.memory_efficient_fp16)
+    seconds = flops / (HALF_FLOPS if half else FP32_FLOPS) * VALIDATION_OVERHEAD[cell.dataset]
+    return round(seconds / 3600, 1)
 
 
 def compose(cell: Cell, overrides: List[str] = ()):
@@ -238,10 +263,9 @@ def plan_launch(args, environ=os.environ, entry_module: str = ENTRY) -> LaunchPl
     if processes > 1 and args.cpu:
         notes.append(f"{processes} CPU processes, gloo backend")
     if not extra:
-        hours = gpu_hours(cell, cfg, batch.tokens)
         notes.append(
-            f"estimated training: ~{hours} GPU-hours on A100-class GPUs at {batch.tokens:,} tokens per update "
-            "(an estimate: docs/reproduce.md)"
+            f"estimated training: ~{gpu_hours(cell, cfg, batch.tokens)} GPU-hours on A100-class GPUs at "
+            f"{batch.tokens:,} tokens per update (an estimate: docs/reproduce.md)"
         )
 
     deviations = [f"overrides: {' '.join(extra)}"] if extra else []

@@ -96,9 +96,8 @@ def make_tables(results_dir, work_dir, out) -> str:
         '(docs/reproduce.md). "fails": the training diverged (NaN, exploding or stalled loss in its log). '
         "Do not edit by hand.",
         "",
+        *(render(table, results_dir, work_dir) for table in paper_tables().values()),
     ]
-    for table in paper_tables().values():
-        parts.append(render(table, results_dir, work_dir))
     text = "\n".join(parts)
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     Path(out).write_text(text, encoding="utf-8")

@@ -11,7 +11,7 @@ import pytest
 from helpers import SCRIPTS, TINY, launch_args
 
 from fairseq_residual_tools.errors import ConfigError, exit_on_user_error
-from fairseq_residual_tools.repro import cli, distributed_train, estimates, launch
+from fairseq_residual_tools.repro import cli, distributed_train, launch
 from fairseq_residual_tools.repro.cells import DATASETS, parse_cell
 from fairseq_residual_tools.repro.distributed_train import ProcessRank, distributed_overrides, process_rank
 from fairseq_residual_tools.repro.launch import derive_batch
@@ -147,10 +147,10 @@ def test_the_gpu_hour_estimate_follows_the_batch_actually_used(tmp_path):
     half = launch.plan_launch(launch_args(cell.name, tmp_path, gpus=8, max_tokens=4096, update_freq=1), environ={})
     assert paper.batch["tokens"] == 65536 and half.batch["tokens"] == 32768
     for plan in (paper, half):
-        hours = estimates.gpu_hours(cell, cfg, plan.batch["tokens"])
+        hours = launch.gpu_hours(cell, cfg, plan.batch["tokens"])
         (note,) = [n for n in plan.notes if n.startswith("estimated training")]
         assert note.startswith(f"estimated training: ~{hours} GPU-hours on A100-class GPUs at {plan.batch['tokens']:,}")
-    assert estimates.gpu_hours(cell, cfg, 32768) < estimates.gpu_hours(cell, cfg, 65536)
+    assert launch.gpu_hours(cell, cfg, 32768) < launch.gpu_hours(cell, cfg, 65536)
 
 
 def one_line_error(argv, capsys):
