@@ -211,8 +211,7 @@ def run(
     started = time.perf_counter()
     for size in sizes:
         size_started, load_before = time.perf_counter(), os.getloadavg()
-        results = [measure(size=size, layout=layout, memory=layout == 0) for layout in range(layouts)]
-        result = pool_layouts(results)
+        result = pool_layouts([measure(size=size, layout=layout, memory=layout == 0) for layout in range(layouts)])
         # the machine may be shared: each size records how busy it was around it
         result.update(
             seconds=time.perf_counter() - size_started,
