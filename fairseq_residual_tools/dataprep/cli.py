@@ -1,4 +1,4 @@
-"""What the four ``prepare-*`` entry points share: the parser, options, archive handling, error reporting."""
+"""What the four ``prepare-*`` entry points share: the parser, options, archive extraction, error reporting."""
 
 import argparse
 import logging
@@ -88,44 +88,35 @@ def check_languages(args, langs, recipe: str):
         )
 
 
-class ArchiveSource:
-    """A recipe's archives, fetched with the command line's download options and extracted as stages."""
+def extract_archive(stages, stage: str, name: str, members, dest: Path, strip="", **options):
+    """Stage ``stage``: fetch archive ``name`` with the command line's download options and extract ``members``
+    into the folder ``dest``, less the prefix ``strip`` of their paths. ``members`` are paths inside the archive,
+    or a function choosing them from the set of its paths. The stage's record holds the archive's pinned checksum
+    (pinning one with ``--record-checksum`` changes it once, so the extraction is redone once)."""
+    args = stages.args
+    checksums = Checksums(args.checksums)
+    archive = checksums.archive(name)
+    download_dir = Path(args.download_dir or stages.out / "downloads")
 
-    def __init__(self, stages):
-        args = stages.args
-        self.stages = stages
-        self.download_dir = Path(args.download_dir or stages.out / "downloads")
-        self.checksums = Checksums(args.checksums)
+    def fetch_and_extract():
+        path = fetch(archive, download_dir, checksums, args.base_url, args.record_checksum, args.quiet)
+        try:
+            with tarfile.open(path) as tar, atomic_outputs([Path(dest)]) as (tmp,):
+                names = set(tar.getnames())
+                wanted = members(names) if callable(members) else members
+                missing = [m for m in wanted if m not in names]
+                if missing:
+                    raise DataError(
+                        f"archive {path} lacks {', '.join(missing)}: not the expected release "
+                        f"(it holds {len(names)} entries)"
+                    )
+                chosen = [tar.getmember(m) for m in wanted]
+                for member in chosen:
+                    member.name = member.name.removeprefix(strip)
+                tar.extractall(tmp, members=chosen, filter="data")
+        except DataError:
+            raise
+        except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
+            raise DataError(f"cannot read archive {path}: {e}") from None
 
-    def extract(self, stage: str, name: str, members, dest: Path, strip="", **options):
-        """Stage ``stage``: fetch archive ``name`` and extract ``members`` into the folder ``dest``, less the
-        prefix ``strip`` of their paths. ``members`` are paths inside the archive, or a function choosing them
-        from the set of its paths. The stage's record holds the archive's pinned checksum (pinning one with
-        ``--record-checksum`` changes it once, so the extraction is redone once)."""
-        archive = self.checksums.archive(name)
-        args = self.stages.args
-
-        def fetch_and_extract():
-            path = fetch(archive, self.download_dir, self.checksums, args.base_url, args.record_checksum, args.quiet)
-            try:
-                with tarfile.open(path) as tar, atomic_outputs([Path(dest)]) as (tmp,):
-                    names = set(tar.getnames())
-                    wanted = members(names) if callable(members) else members
-                    missing = [m for m in wanted if m not in names]
-                    if missing:
-                        raise DataError(
-                            f"archive {path} lacks {', '.join(missing)}: not the expected release "
-                            f"(it holds {len(names)} entries)"
-                        )
-                    chosen = [tar.getmember(m) for m in wanted]
-                    for member in chosen:
-                        member.name = member.name.removeprefix(strip)
-                    tar.extractall(tmp, members=chosen, filter="data")
-            except DataError:
-                raise
-            except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
-                raise DataError(f"cannot read archive {path}: {e}") from None
-
-        self.stages.run(
-            stage, [dest], fetch_and_extract, {"archive": name, "sha256": archive.sha256 or archive.md5, **options}
-        )
+    stages.run(stage, [dest], fetch_and_extract, {"archive": name, "sha256": archive.sha256 or archive.md5, **options})

@@ -7,7 +7,7 @@ from functools import partial
 from pathlib import Path
 
 from . import pipeline
-from .cli import ArchiveSource, add_common_options, check_languages, recipe_parser, run_main
+from .cli import add_common_options, check_languages, extract_archive, recipe_parser, run_main
 from .formats import aligned_seg_lines, iwslt_train_lines, write_lines
 from .moses import TextSteps, clean_corpus, process_file, process_lines
 
@@ -29,14 +29,14 @@ def prepare(args) -> pipeline.Stages:
     tmp, text, raw = stages.tmp, stages.text, stages.orig / PAIR
     w, quiet = args.workers, args.quiet
 
-    ArchiveSource(stages).extract("extract", ARCHIVE, MEMBERS, raw, strip=f"{PAIR}/")
+    extract_archive(stages, "extract", ARCHIVE, MEMBERS, raw, strip=f"{PAIR}/")
+
+    def train_text(l, out):
+        write_lines(out, iwslt_train_lines(raw / f"train.tags.{PAIR}.{l}"))
+
     for l in LANGS:
         stripped, tok = tmp / f"train.tags.{PAIR}.raw.{l}", tmp / f"train.tags.{PAIR}.tok.{l}"
-        stages.run(
-            f"train-text.{l}",
-            [stripped],
-            lambda l=l, s=stripped: write_lines(s, iwslt_train_lines(raw / f"train.tags.{PAIR}.{l}")),
-        )
+        stages.run(f"train-text.{l}", [stripped], partial(train_text, l, stripped))
         tokenize = partial(process_file, TextSteps(lang=l), stripped, tok, workers=w, quiet=quiet)
         stages.run(f"tokenize.{l}", [tok], tokenize)
 

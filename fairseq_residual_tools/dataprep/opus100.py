@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..errors import DataError
 from . import pipeline
-from .cli import ArchiveSource, add_common_options, recipe_parser, run_main
+from .cli import add_common_options, extract_archive, recipe_parser, run_main
 from .download import Checksums
 from .formats import atomic_outputs, utf8_lines, write_json
 
@@ -70,14 +70,13 @@ def sample_for_spm(pairs, orig: Path, out: Path, total: int, temperature: float,
 def prepare(args) -> pipeline.Stages:
     stages = pipeline.RecipeStages("opus100", args, args.out or "data-bin/opus100")
     orig, tmp, text, databin = stages.orig, stages.tmp, stages.text, stages.databin
-    source = ArchiveSource(stages)
-    langs = parse_langs(args.langs, source.checksums)
+    langs = parse_langs(args.langs, Checksums(args.checksums))
     pairs = [pair_of(l) for l in langs]
     w, quiet = args.workers, args.quiet
 
     for pair in pairs:
         archive, members = f"opus-100-corpus-{pair}-v1.0.tar.gz", partial(pair_files, pair)
-        source.extract(f"extract.{pair}", archive, members, orig / pair, strip=f"{RELEASE_FOLDER}/{pair}/")
+        extract_archive(stages, f"extract.{pair}", archive, members, orig / pair, strip=f"{RELEASE_FOLDER}/{pair}/")
 
     def release_text(pair):
         """fairseq split -> the release's text prefix, for the splits ``pair`` has (five pairs have only train)."""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..errors import DataError
 from . import pipeline
-from .cli import ArchiveSource, add_common_options, check_languages, recipe_parser, run_main
+from .cli import add_common_options, check_languages, extract_archive, recipe_parser, run_main
 from .formats import aligned_seg_lines, write_json, write_lines
 from .moses import TextSteps, clean_corpus, process_file, process_lines
 
@@ -42,13 +42,12 @@ def prepare(args) -> pipeline.Stages:
     check_languages(args, LANGS, "WMT'14 here is English-German")
     stages = pipeline.RecipeStages("wmt14", args, args.out or f"data-bin/wmt14.{args.src}-{args.tgt}")
     orig, tmp, text = stages.orig, stages.tmp, stages.text
-    source = ArchiveSource(stages)
     w, quiet = args.workers, args.quiet
     corpora = ["europarl-v7", "commoncrawl", f"news-commentary-{args.news_commentary}"]
 
     for name in corpora:
         archive, inner = CORPORA[name]
-        source.extract(f"extract.{name}", archive, [f"{inner}.{l}" for l in LANGS], orig / name)
+        extract_archive(stages, f"extract.{name}", archive, [f"{inner}.{l}" for l in LANGS], orig / name)
 
     # the test sets' SGML files: newstest2014 from test-full.tgz, the other years from dev.tgz
     test_sets = {"newstest2014": ("test-full", 2014), **{f"newstest{y}": ("dev", y) for y in EXTRA_TEST_YEARS}}
@@ -60,7 +59,9 @@ def prepare(args) -> pipeline.Stages:
         ]
 
     for folder in ("dev", "test-full"):  # dev.tgz and test-full.tgz
-        source.extract(f"extract.{folder}", f"{folder}.tgz", partial(sgm_files, folder), orig / folder, src=args.src)
+        extract_archive(
+            stages, f"extract.{folder}", f"{folder}.tgz", partial(sgm_files, folder), orig / folder, src=args.src
+        )
 
     # training text: normalise, remove non-printing characters, tokenise -a (per corpus and side)
     steps = {
