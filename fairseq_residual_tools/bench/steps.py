@@ -31,15 +31,9 @@ def synthetic_batch(task, batch: int, src_len: int, tgt_len: int, seed: int = 0,
     target = torch.randint(d.nspecial, len(d), (batch, tgt_len), generator=g)
     src[:, -1] = target[:, -1] = d.eos()
     prev = torch.cat((target.new_full((batch, 1), d.eos()), target[:, :-1]), dim=1)
-    sample = {
-        "net_input": {
-            "src_tokens": src,
-            "src_lengths": torch.full((batch,), src_len, dtype=torch.long),
-            "prev_output_tokens": prev,
-        },
-        "target": target,
-        "ntokens": target.numel(),
-    }
+    lengths = torch.full((batch,), src_len, dtype=torch.long)
+    net_input = dict(src_tokens=src, src_lengths=lengths, prev_output_tokens=prev)
+    sample = dict(net_input=net_input, target=target, ntokens=target.numel())
     return apply_to_sample(lambda t: t.to(device), sample)
 
 
