@@ -131,8 +131,7 @@ class PaperTable:
         """The cell measured for (row, column) and the key of its score."""
         depth, metric = (row.depth, column) if row.depth else (column, self.metric)
         m = re.fullmatch(r"E(\d+)D(\d+)", depth, flags=re.I)
-        cell = Cell(self.dataset, row.scheme, int(m[1]), int(m[2]), warmup=row.warmup)
-        return cell, metric
+        return Cell(self.dataset, row.scheme, int(m[1]), int(m[2]), warmup=row.warmup), metric
 
     def cells(self) -> List[Cell]:
         """Every cell of the table, in row order, each once."""

@@ -48,14 +48,12 @@ class Batch:
         return self.gpus * self.max_tokens * self.update_freq
 
     def describe(self) -> str:
-        text = (
+        differs = "  WARNING: differs from the paper's effective batch" if self.tokens != self.reference_tokens else ""
+        return (
             f"effective batch: {self.gpus} GPU{'s' if self.gpus > 1 else ''} x {self.max_tokens} max tokens "
             f"x update_freq {self.update_freq} = {self.tokens:,} tokens per update "
-            f"(the paper's config: {self.reference} = {self.reference_tokens:,})"
+            f"(the paper's config: {self.reference} = {self.reference_tokens:,}){differs}"
         )
-        if self.tokens != self.reference_tokens:
-            text += "  WARNING: differs from the paper's effective batch"
-        return text
 
 
 def derive_batch(
@@ -294,12 +292,9 @@ def plan_launch(args, environ=os.environ, entry_module: str = ENTRY) -> LaunchPl
 def dataset_config(dataset: str, extra: tuple = ()):
     """The dataset's config with ``extra`` (composing checks them). The batch and model width read from it
     do not depend on the scheme or the depth, so one composition serves all the dataset's cells."""
-    probe = Cell(dataset, "residual", 1, 1)
     # the data and OPUS-100's language lists need not exist to compose
-    placeholders = ["task.data=/unused"] + (
-        ["task.lang_pairs=en-de", "task.langs=[de,en]"] if dataset == "opus100" else []
-    )
-    return compose(probe, [*placeholders, *extra])
+    langs = ["task.lang_pairs=en-de", "task.langs=[de,en]"] if dataset == "opus100" else []
+    return compose(Cell(dataset, "residual", 1, 1), ["task.data=/unused", *langs, *extra])
 
 
 def write_launch_records(cell_dir: Path, records: list):
