@@ -15,8 +15,7 @@ from .variants import REFERENCE, Size, build_variant, model_args, variants
 
 TIMING_KEYS = ("wall_s", "user_s", "sys_s", "minor_faults")
 Log = Callable[[str], None]
-_stdout = functools.partial(print, flush=True)
-#: progress of a measuring process: its stdout carries its result (``isolation``)
+#: progress lines, here and in a measuring process, whose stdout carries its result (``isolation``)
 _stderr = functools.partial(print, file=sys.stderr, flush=True)
 
 
@@ -176,7 +175,7 @@ def run(
     fresh_process_memory: bool = True,
     malloc: Optional[str] = None,
     device: str = "cpu",
-    log: Log = _stdout,
+    log: Log = _stderr,
 ) -> Dict:
     """The benchmark record: ``sizes`` measured on ``device`` ``layouts`` times each, in fresh processes
     with the ``malloc`` settings (``isolation``), or all in this process if not ``fresh_process_per_size``;
@@ -205,7 +204,7 @@ def run(
         warmup=warmup, reps=reps, gen_reps=gen_reps, fresh_process_memory=fresh_process_memory, device=device
     )
     measure = functools.partial(measure_size, log=log, **settings)
-    if fresh_process_per_size:  # a child's progress lines go to its (our) stderr
+    if fresh_process_per_size:
         measure = functools.partial(in_fresh_process, "measure_size", threads, malloc, **settings)
     torch.set_num_threads(threads)
     started = time.perf_counter()
