@@ -4,11 +4,11 @@ Everything here is written from the measured rows (one per scheme and depth); th
 states what happened at each depth, also when it is not what the paper reports.
 """
 
-import json
 from itertools import groupby
 from pathlib import Path
 from typing import Dict, List, Optional
 
+from ..dataprep.formats import write_json
 from ..markdown import table
 from ..provenance import describe
 from ..training_log import RULE
@@ -98,7 +98,7 @@ def write_report(rows: List[Dict], meta: Dict, sources: List[str], references: L
     panels = {label: [(r, name(r), {}) for r in at] for label, at in groupby(rows, key=row_depth)}
     suptitle, ylabel = "make demo: the embedded synthetic corpus on CPU", "training loss (label-smoothed CE, base 2)"
     plot_loss_curves(panels, "train_curve", out / "curves.png", suptitle, ylabel, columns=len(panels))
-    (out / "results.json").write_text(json.dumps({**meta, "rows": rows}, indent=1) + "\n")
+    write_json(out / "results.json", {**meta, "rows": rows})
     s = meta["settings"]
     c = s["corpus"]
     budgets = "\n".join(f"  - {describe_depth(d)}" for d in s["depths"])

@@ -49,12 +49,10 @@ def load_settings(path=DEFAULT_CONFIG, overrides: List[str] = ()) -> Dict:
         *sections, last = [int(part) if part.isdigit() else part for part in key.split(".")]
         try:
             node = reduce(getitem, sections, settings)
-            node[last]  # an existing setting, in a section (not in a string)
+            node[last]  # an existing setting (not a new key), in a section (a string or number raises TypeError)
+            node[last] = yaml.safe_load(value)
         except (KeyError, IndexError, TypeError):
-            node = None
-        if not isinstance(node, (dict, list)):
-            raise ConfigError(f"--set {key}: no such setting in {path}; see the file for the keys")
-        node[last] = yaml.safe_load(value)
+            raise ConfigError(f"--set {key}: no such setting in {path}; see the file for the keys") from None
     for depth in settings["depths"]:
         # a depth may also set warmup_init_lr (= lr: no warmup, as in the paper's warmup ablation)
         if not DEPTH_KEYS <= set(depth) <= DEPTH_KEYS | {"warmup_init_lr"}:
