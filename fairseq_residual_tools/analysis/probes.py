@@ -44,9 +44,8 @@ import torch.nn.functional as F
 from fairseq_residual.schemes.base import stack_layers
 
 from ..markdown import table
-from ..provenance import describe, provenance
+from ..provenance import ROOT, describe, provenance
 
-ROOT = Path(__file__).resolve().parents[2]
 STACKS = ("encoder", "decoder")
 
 

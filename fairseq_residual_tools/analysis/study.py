@@ -29,12 +29,11 @@ from typing import Dict, List, Sequence
 from ..commands import run_training, score_test_set, train_command
 from ..demo.prepare import TGT, prepare_demo_data
 from ..markdown import table
-from ..provenance import describe, describe_git, git_state, provenance
+from ..provenance import ROOT, describe, describe_git, git_state, provenance
 from ..runner import RunError
 from ..training_log import RULE as FAILS_RULE
 from ..training_log import json_record, log_span, outcome
 
-ROOT = Path(__file__).resolve().parents[2]
 #: the command-line settings that go into every run's fairseq-train command
 TRAINING_SETTINGS = ("dim", "lr", "warmup", "max_tokens", "max_update", "validate_every", "log_interval")
 SEED_STYLES = ("-", "--", ":", "-.")  # the line style of each seed in the curves
