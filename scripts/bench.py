@@ -3,8 +3,6 @@
 
 .venv/bin/python scripts/bench.py --malloc keep      # what `make bench` runs: every size -> results/bench/
 .venv/bin/python scripts/bench.py --sizes iwslt-e6d6 --schemes all --out /tmp/bench
-
-The same as the console command ``fairseq-residual-bench``.
 """
 
 import sys

@@ -3,8 +3,6 @@
 
 nice -n 5 .venv/bin/python scripts/cpu_study.py            # the full study (resumable)
 .venv/bin/python scripts/cpu_study.py --help
-
-The same as the console command ``fairseq-residual-cpu-study``.
 """
 
 import sys

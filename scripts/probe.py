@@ -3,8 +3,6 @@
 
 .venv/bin/python scripts/probe.py                       # every scheme, depths 6 12 18 48, seeds 1 2 3
 .venv/bin/python scripts/probe.py --checkpoint CKPT.pt --data DATA_BIN --out DIR
-
-The same as the console command ``fairseq-residual-probe``.
 """
 
 import sys
