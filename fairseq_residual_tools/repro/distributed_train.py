@@ -9,7 +9,7 @@ fairseq's ``legacy_ddp`` (PyTorch's DDP refuses ``device_ids`` for a CPU module)
 
 import os
 import sys
-from dataclasses import dataclass
+from collections import namedtuple
 from typing import List, Mapping, Optional
 
 import torch
@@ -20,12 +20,7 @@ RANK_VARIABLES = {
     "slurm": ("SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"),
 }
 
-
-@dataclass(frozen=True)
-class ProcessRank:
-    rank: int
-    world_size: int
-    local_rank: int
+ProcessRank = namedtuple("ProcessRank", "rank world_size local_rank")
 
 
 def process_rank(environ: Mapping[str, str], ranks_from: Optional[str]) -> ProcessRank:
