@@ -158,8 +158,7 @@ def measure_size(
         probe = memory_probe
         if fresh_process_memory:
             probe = functools.partial(in_fresh_process, "memory_probe", torch.get_num_threads())
-        probed = {v.name: probe(size=size, variant=v, device=device) for v in chosen}
-        result["memory"] = with_ratios(probed, REFERENCE)
+        result["memory"] = with_ratios({v.name: probe(size=size, variant=v, device=device) for v in chosen}, REFERENCE)
     return result
 
 
