@@ -30,10 +30,8 @@ def train_command(
     log_interval: int = 50,
     warmup_init_lr: float = 1e-7,
 ) -> List[str]:
-    """fairseq-train of an E{layers}D{layers} model of width ``dim`` (FFN 4 x dim, 4 heads).
-
-    ``warmup_init_lr`` = ``lr`` keeps inverse_sqrt's schedule but starts at the peak (no warmup).
-    """
+    """fairseq-train of an E{layers}D{layers} model of width ``dim`` (FFN 4 x dim, 4 heads); ``warmup_init_lr`` =
+    ``lr`` keeps inverse_sqrt's schedule but starts at the peak (no warmup)."""
     save_dir = Path(save_dir)
     return fairseq_command(
         "train",

@@ -83,11 +83,8 @@ def describe_git(git: Dict[str, object]) -> str:
 
 
 def describe(record: Dict[str, object]) -> str:
-    """One line of Markdown for a report: versions, code, machine, date.
-
-    ``record`` is a ``provenance()`` dict, or a results file written before there was one (the same
-    keys at its top level, the machine as one line of text).
-    """
+    """One line of Markdown for a report: versions, code, machine, date. ``record`` is a ``provenance()`` dict, or a
+    results file written before there was one (the same keys at its top level, the machine as one line of text)."""
     versions_text = ", ".join(f"{name} {version}" for name, version in record["versions"].items() if version)
     m = record["machine"]
     if isinstance(m, str):

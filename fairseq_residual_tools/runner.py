@@ -47,12 +47,10 @@ def run_logged(
     label: Optional[str] = None,
     on_line: Optional[Callable[[str], None]] = None,
 ) -> None:
-    """Run ``cmd`` with stdout and stderr appended to ``log_path``; raise ``RunError`` if it fails.
-
-    ``env`` is set on top of this process's environment; ``on_line`` sees every output line as
-    it is logged (for progress on the console); ``label`` names the command in the error.
-    Stop signals are passed on from the main thread only (Python handles signals there).
-    """
+    """Run ``cmd`` with stdout and stderr appended to ``log_path``; raise ``RunError`` if it fails. ``env`` is set on
+    top of this process's environment; ``on_line`` sees every output line as it is logged (for progress on the
+    console); ``label`` names the command in the error. Stop signals are passed on from the main thread only
+    (Python handles signals there)."""
     cmd, log_path = list(map(str, cmd)), Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     last_line, received = "", []

@@ -95,11 +95,8 @@ def iwslt_train_lines(path: Path) -> List[str]:
 
 
 def seg_lines(path: Path) -> List[str]:
-    """The contents of the ``<seg id="N">`` lines of an IWSLT XML or WMT SGML file.
-
-    As fairseq's recipes: lines without ``<seg id`` are skipped, the tags and the
-    spaces around them removed, and the right single quotation mark replaced by ``'``.
-    """
+    """The contents of the ``<seg id="N">`` lines of an IWSLT XML or WMT SGML file, as fairseq's recipes read them:
+    the tags and the spaces around them removed, the right single quotation mark replaced by ``'``."""
     out = [
         _SEG_TAGS.sub("", line.rstrip("\n")).replace("\u2019", "'") for line in utf8_lines(path) if "<seg id" in line
     ]

@@ -85,13 +85,10 @@ def process_file(steps: TextSteps, inp: Path, out: Path, workers=1, quiet=False)
 
 
 def clean_corpus(prefix_in: str, l1: str, l2: str, prefix_out: str, min_len: int, max_len: int, ratio: float) -> int:
-    """``clean-corpus-n.perl -ratio R prefix_in l1 l2 prefix_out min max``.
-
-    Keeps a pair when both sides have ``min..max`` tokens, neither side is more
-    than ``ratio`` times longer than the other, and no token exceeds 1000
-    characters; whitespace is normalised and, as in the Perl script, ``|`` is
-    removed unless the first line looked factored. Returns the pairs kept.
-    """
+    """``clean-corpus-n.perl -ratio R prefix_in l1 l2 prefix_out min max``: keeps a pair when both sides have
+    ``min..max`` tokens, neither side is more than ``ratio`` times longer than the other, and no token exceeds 1000
+    characters; whitespace is normalised and, as in the Perl script, ``|`` is removed unless the first line looked
+    factored. Returns the pairs kept."""
     files_in = [Path(f"{prefix_in}.{l}") for l in (l1, l2)]
     files_out = [Path(f"{prefix_out}.{l}") for l in (l1, l2)]
     kept = 0

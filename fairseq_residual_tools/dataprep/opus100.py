@@ -1,5 +1,4 @@
-"""OPUS-100 v1.0 (English-centric, 99 pairs with English), for fairseq's
-``translation_multi_simple_epoch`` task.
+"""OPUS-100 v1.0 (English-centric, 99 pairs with English), for fairseq's ``translation_multi_simple_epoch`` task.
 
 The steps, and the release's sizes and gaps: data-prep/README.md.
 """

@@ -276,10 +276,7 @@ def run_fairseq_preprocess(prefixes: Dict[str, str], src: str, tgt: str, destdir
 
 def fairseq_preprocess(prefixes: Dict[str, str], src: str, tgt: str, destdir: Path, workers=1):
     """Binarise with ``fairseq-preprocess --joined-dictionary``; ``destdir`` appears only when complete.
-
-    ``prefixes["test"]`` may list several comma-separated prefixes: fairseq names
-    them ``test``, ``test1``, ``test2``, ...
-    """
+    ``prefixes["test"]`` may list several comma-separated prefixes: fairseq names them ``test``, ``test1``, ..."""
     with atomic_outputs([destdir]) as (tmp,):
         argv = run_fairseq_preprocess(prefixes, src, tgt, tmp, workers, "--joined-dictionary")
         (tmp / "preprocess.done").write_text("fairseq-preprocess " + " ".join(argv) + "\n")

@@ -1,16 +1,14 @@
 """A synthetic, deterministic "language pair" that needs no network.
 
-The source language is SVO with English-like morphology; the target language
-has its own vocabulary and grammar, so a model must learn more than a word
-lexicon:
+The source language is SVO with English-like morphology; the target language has its own vocabulary and grammar,
+so a model must learn more than a word lexicon:
 
-* word order: target is SOV, adjectives follow their noun, a prepositional
-  phrase moves before the verb and a sentence adverb moves to the front;
-* agreement: target determiners and adjectives agree with their noun in gender
-  (a lexical property invisible in the source) and number, and the target verb
-  agrees with the subject in number and marks tense;
-* a vocabulary of a few thousand inflected word forms built from syllables, so
-  subword segmentation (BPE / SentencePiece) matters.
+* word order: target is SOV, adjectives follow their noun, a prepositional phrase moves before the verb and a
+  sentence adverb moves to the front;
+* agreement: target determiners and adjectives agree with their noun in gender (a lexical property invisible in
+  the source) and number, and the target verb agrees with the subject in number and marks tense;
+* a vocabulary of a few thousand inflected word forms built from syllables, so subword segmentation (BPE /
+  SentencePiece) matters.
 
 ``generate_corpus(seed)`` always returns the same sentences for the same seed.
 """
@@ -103,11 +101,9 @@ def _pair(rng: random.Random, lex: Lexicon) -> Tuple[str, str]:
 
 
 def generate_corpus(seed: int = 1, train=6000, valid=300, test=300, **vocabulary):
-    """Return {"train"|"valid"|"test": [(source, target), ...]}, disjoint splits.
-
-    ``vocabulary`` sets the lexicon's size (``nouns``, ``adjectives``, ``verbs``,
-    ``adverbs``; see ``build_lexicon``): the fewer words, the more often a model sees each.
-    """
+    """{"train"|"valid"|"test": [(source, target), ...]}, disjoint splits. ``vocabulary`` sets the lexicon's size
+    (``nouns``, ``adjectives``, ``verbs``, ``adverbs``; see ``build_lexicon``): the fewer words, the more often a
+    model sees each."""
     rng, lex = random.Random(seed), build_lexicon(seed, **vocabulary)
     pairs = {}  # source -> target: distinct sources in the order drawn
     while len(pairs) < train + valid + test:
@@ -117,9 +113,8 @@ def generate_corpus(seed: int = 1, train=6000, valid=300, test=300, **vocabulary
 
 
 def write_corpus(out_dir, seed: int = 1, src="src", tgt="tgt", **sizes):
-    """Write ``{split}.{src}`` / ``{split}.{tgt}`` raw text files; return the prefixes.
-
-    ``sizes``: the split sizes and vocabulary of ``generate_corpus``."""
+    """Write ``{split}.{src}`` / ``{split}.{tgt}`` raw text files (``sizes``: the split sizes and vocabulary of
+    ``generate_corpus``); return the prefixes."""
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     prefixes = {}

@@ -1,7 +1,7 @@
 """The demo's results: the table, sample translations, training curves and a reading.
 
-Everything here is written from the measured rows (one per scheme and depth); the reading
-states what happened at each depth, also when it is not what the paper reports.
+Everything here is written from the measured rows (one per scheme and depth); the reading states what happened at
+each depth, also when it is not what the paper reports.
 """
 
 from itertools import groupby

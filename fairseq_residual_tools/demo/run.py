@@ -37,10 +37,8 @@ DEPTH_KEYS = {"layers", "dim", "lr", "warmup", "max_tokens", "max_update", "vali
 
 
 def load_settings(path=DEFAULT_CONFIG, overrides: List[str] = ()) -> Dict:
-    """The YAML file as a dict, each ``a.b=value`` override applied (value parsed as YAML).
-
-    A number picks a list item: ``depths.1.max_update=200`` is the second depth's budget.
-    """
+    """The YAML file as a dict, each ``a.b=value`` override applied (value parsed as YAML); a number picks a list
+    item: ``depths.1.max_update=200`` is the second depth's budget."""
     settings = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     for item in overrides:
         key, sep, value = item.partition("=")
