@@ -58,10 +58,8 @@ def prepare(args) -> pipeline.Stages:
             find_sgm(names, f"{folder}/", y, l, args.src) for f, y in test_sets.values() if f == folder for l in LANGS
         ]
 
-    for folder in ("dev", "test-full"):  # dev.tgz and test-full.tgz
-        extract_archive(
-            stages, f"extract.{folder}", f"{folder}.tgz", partial(sgm_files, folder), orig / folder, src=args.src
-        )
+    for stage, folder in (("extract.dev", "dev"), ("extract.test", "test-full")):  # dev.tgz and test-full.tgz
+        extract_archive(stages, stage, f"{folder}.tgz", partial(sgm_files, folder), orig / folder, src=args.src)
 
     # training text: normalise, remove non-printing characters, tokenise -a (per corpus and side)
     steps = {
