@@ -9,7 +9,7 @@ from ..dataprep.moses import TextSteps, process_file
 from .corpus import write_corpus
 
 SRC, TGT = "src", "tgt"
-DemoData = namedtuple("DemoData", ["databin", "raw_prefixes"])  # raw_prefixes: split -> raw text prefix
+DemoData = namedtuple("DemoData", ["root", "databin", "raw_prefixes"])  # raw_prefixes: split -> raw text prefix
 
 
 def prepare_demo_data(work, seed=1, train=6000, valid=300, test=300, bpe_merges=3000, **vocabulary):
@@ -35,4 +35,4 @@ def prepare_demo_data(work, seed=1, train=6000, valid=300, test=300, bpe_merges=
             stages.run(f"apply-bpe.{split}.{lang}", [bpe / f"{split}.{lang}"], apply, settings)
     binarise = partial(pipeline.fairseq_preprocess, {split: str(bpe / split) for split in raw}, SRC, TGT, databin)
     stages.run("binarise", [databin / "preprocess.done"], binarise, settings)
-    return DemoData(databin, raw)
+    return DemoData(work, databin, raw)
