@@ -13,6 +13,8 @@ from typing import List
 
 import torch
 
+from fairseq_residual.checkpoint_saving import write_atomically
+
 from ..errors import DataError, UserError
 from ..provenance import provenance
 from ..runner import PLUGIN_DIR, fairseq_command, run_logged
@@ -51,7 +53,7 @@ def average_checkpoints(paths: List[Path], out: Path) -> Path:
     # the newest checkpoint, its floating-point tensors replaced by the means (counters and the like stay its own)
     state["model"] = {k: (total[k] / len(paths)).to(v.dtype) if k in total else v for k, v in params.items()}
     state.pop("last_optimizer_state", None)
-    torch.save(state, out)
+    write_atomically(str(out), functools.partial(torch.save, state))  # a killed save leaves no truncated file
     return out
 
 

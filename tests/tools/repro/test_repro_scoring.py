@@ -96,3 +96,20 @@ def test_the_last_n_checkpoints_are_averaged(tmp_path):
     empty.mkdir()
     with pytest.raises(DataError, match="no checkpoint"):
         last_checkpoints(empty, 5, "epoch")
+
+
+def test_an_interrupted_average_leaves_the_previous_file_whole(tmp_path, monkeypatch):
+    for epoch in (1, 2):
+        fake_checkpoint(tmp_path / f"checkpoint{epoch}.pt", float(epoch))
+    out = average_checkpoints(last_checkpoints(tmp_path, 2, "epoch"), tmp_path / "avg.pt")
+    before = out.read_bytes()
+
+    def killed_mid_write(obj, path):
+        with open(path, "wb") as f:
+            f.write(before[:100])
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(torch, "save", killed_mid_write)
+    with pytest.raises(KeyboardInterrupt):
+        average_checkpoints(last_checkpoints(tmp_path, 2, "epoch"), out)
+    assert out.read_bytes() == before and [p.name for p in tmp_path.glob("avg.pt*")] == ["avg.pt"]
