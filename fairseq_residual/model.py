@@ -1,15 +1,19 @@
 """The ``residual_transformer`` model: fairseq's Transformer with a pluggable residual scheme.
 
-Only three factory points of fairseq's transformer are overridden: which layer
-class each stack builds, the module at the top of each stack, and the
-``normalize_before`` flags; the scheme's ``initialize`` then sees the built model
-once. See ``schemes/`` for the schemes themselves.
+Overridden from fairseq's transformer: which layer class each stack builds, the module at the
+top of each stack, the ``normalize_before`` flags, and each stack's layer loop, which hands the
+scheme's carry from one layer to the next in a local variable (``ResidualScheme.start``,
+``step``, ``finish``); everything around the loop (embeddings, masks, LayerDrop, alignment,
+incremental state) is fairseq's code. The scheme's ``initialize`` then sees the built model
+once. See ``schemes/`` for the schemes themselves, and docs/architecture.md.
 """
 
 import logging
 import math
+from typing import List, Optional
 
 import torch
+from fairseq import utils
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model
@@ -19,6 +23,7 @@ from fairseq.models.transformer import (
     TransformerModelBase,
 )
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
+from torch import Tensor
 
 from .config import ResidualTransformerConfig, to_transformer_config
 from .errors import ArchitectureMismatchError, CheckpointMismatchError, ConfigError
@@ -48,8 +53,14 @@ def _wrap_layer(layer, cfg):
     return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
 
 
-def _hidden_states(scheme, carried, embed_dim):
-    return [scheme.hidden_state(state, embed_dim) for state in carried]
+def future_mask(x: Tensor) -> Tensor:
+    """The decoder's causal self-attention mask for ``x`` (time first), -inf above the diagonal.
+
+    fairseq's ``buffered_future_mask`` caches it on the decoder (an attribute written during the
+    forward, which two threads race on); this is the same mask, made for the call.
+    """
+    dim = x.size(0)
+    return torch.triu(utils.fill_with_neg_inf(torch.zeros([dim, dim])), 1).to(x)
 
 
 class ResidualTransformerEncoder(TransformerEncoderBase):
@@ -59,10 +70,34 @@ class ResidualTransformerEncoder(TransformerEncoderBase):
         self.layer_norm = self.scheme.build_stack_output(self.layer_norm, embed_tokens.embedding_dim, cfg)
 
     def forward_scriptable(self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None):
-        """fairseq's forward; ``encoder_states`` as the scheme records them (embed_dim wide)."""
-        out = super().forward_scriptable(src_tokens, src_lengths, return_all_hiddens, token_embeddings)
-        out["encoder_states"] = _hidden_states(self.scheme, out["encoder_states"], self.embed_tokens.embedding_dim)
-        return out
+        """fairseq's encoder forward, whose layer loop hands the scheme's carry from layer to layer
+        (``ResidualScheme.start`` / ``step`` / ``finish``) in a local variable."""
+        encoder_padding_mask = src_tokens.eq(self.padding_idx)
+        has_pads = torch.tensor(src_tokens.device.type == "xla") or encoder_padding_mask.any()
+        x, encoder_embedding = self.forward_embedding(src_tokens, token_embeddings)
+        x = x * (1 - encoder_padding_mask.unsqueeze(-1).type_as(x) * has_pads.type_as(x))
+        x = x.transpose(0, 1)  # B x T x C -> T x B x C
+        scheme = self.scheme
+        carry = scheme.start(self, x)
+        encoder_states = [x] if return_all_hiddens else []
+        fc_results: List[Optional[Tensor]] = []
+        layer_padding_mask = encoder_padding_mask if has_pads else None  # one host sync, before the loop
+        for layer in self.layers:
+            carry, rest = scheme.step(layer, carry, encoder_padding_mask=layer_padding_mask)
+            if return_all_hiddens:
+                encoder_states.append(scheme.hidden_state(carry))
+                fc_results.append(rest[0] if rest else None)
+        x = scheme.finish(self, carry)
+        src_lengths = src_tokens.ne(self.padding_idx).sum(dim=1, dtype=torch.int32).reshape(-1, 1).contiguous()
+        return {
+            "encoder_out": [x],  # T x B x C
+            "encoder_padding_mask": [encoder_padding_mask],  # B x T
+            "encoder_embedding": [encoder_embedding],  # B x T x C
+            "encoder_states": encoder_states,  # List[T x B x C]
+            "fc_results": fc_results,  # List[T x B x C]
+            "src_tokens": [],
+            "src_lengths": [src_lengths],
+        }
 
     def build_encoder_layer(self, cfg):
         layer_cls = get_scheme(cfg.residual_scheme).encoder_layer_cls
@@ -81,13 +116,76 @@ class ResidualTransformerDecoder(TransformerDecoderBase):
         self.scheme = get_scheme(cfg.residual_scheme)
         self.layer_norm = self.scheme.build_stack_output(self.layer_norm, embed_tokens.embedding_dim, cfg)
 
-    def extract_features_scriptable(self, prev_output_tokens, encoder_out, incremental_state=None, *args, **kwargs):
-        """fairseq's; ``inner_states`` as the scheme records them (embed_dim wide)."""
-        x, extra = super().extract_features_scriptable(
-            prev_output_tokens, encoder_out, incremental_state, *args, **kwargs
-        )
-        extra["inner_states"] = _hidden_states(self.scheme, extra["inner_states"], self.embed_dim)
-        return x, extra
+    def extract_features_scriptable(
+        self,
+        prev_output_tokens,
+        encoder_out,
+        incremental_state=None,
+        full_context_alignment=False,
+        alignment_layer=None,
+        alignment_heads=None,
+    ):
+        """fairseq's decoder features, whose layer loop hands the scheme's carry from layer to layer
+        in a local variable, with the causal mask made once per call (``future_mask``)."""
+        if alignment_layer is None:
+            alignment_layer = self.num_layers - 1
+        enc: Optional[Tensor] = None
+        padding_mask: Optional[Tensor] = None
+        if encoder_out is not None and len(encoder_out["encoder_out"]) > 0:
+            enc = encoder_out["encoder_out"][0]
+        if encoder_out is not None and len(encoder_out["encoder_padding_mask"]) > 0:
+            padding_mask = encoder_out["encoder_padding_mask"][0]
+        positions = None
+        if self.embed_positions is not None:
+            positions = self.embed_positions(prev_output_tokens, incremental_state=incremental_state)
+        if incremental_state is not None:  # only the newest position is computed
+            prev_output_tokens = prev_output_tokens[:, -1:]
+            if positions is not None:
+                positions = positions[:, -1:]
+        prev_output_tokens = prev_output_tokens.contiguous()
+        x = self.embed_scale * self.embed_tokens(prev_output_tokens)
+        if self.quant_noise is not None:
+            x = self.quant_noise(x)
+        if self.project_in_dim is not None:
+            x = self.project_in_dim(x)
+        if positions is not None:
+            x += positions
+        if self.layernorm_embedding is not None:
+            x = self.layernorm_embedding(x)
+        x = self.dropout_module(x)
+        x = x.transpose(0, 1)  # B x T x C -> T x B x C
+        self_attn_padding_mask: Optional[Tensor] = None
+        if self.cross_self_attention or prev_output_tokens.eq(self.padding_idx).any():
+            self_attn_padding_mask = prev_output_tokens.eq(self.padding_idx)
+        self_attn_mask = future_mask(x) if incremental_state is None and not full_context_alignment else None
+        scheme = self.scheme
+        carry = scheme.start(self, x)
+        attn: Optional[Tensor] = None
+        inner_states: List[Optional[Tensor]] = [x]
+        for idx, layer in enumerate(self.layers):
+            carry, (layer_attn, _) = scheme.step(
+                layer,
+                carry,
+                encoder_out=enc,
+                encoder_padding_mask=padding_mask,
+                incremental_state=incremental_state,
+                self_attn_mask=self_attn_mask,
+                self_attn_padding_mask=self_attn_padding_mask,
+                need_attn=bool(idx == alignment_layer),
+                need_head_weights=bool(idx == alignment_layer),
+            )
+            inner_states.append(scheme.hidden_state(carry))
+            if layer_attn is not None and idx == alignment_layer:
+                attn = layer_attn.float().to(x)
+        if attn is not None:
+            if alignment_heads is not None:
+                attn = attn[:alignment_heads]
+            attn = attn.mean(dim=0)  # average over heads
+        x = scheme.finish(self, carry)
+        x = x.transpose(0, 1)  # T x B x C -> B x T x C
+        if self.project_out_dim is not None:
+            x = self.project_out_dim(x)
+        return x, {"attn": [attn], "inner_states": inner_states}
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         layer_cls = get_scheme(cfg.residual_scheme).decoder_layer_cls

@@ -25,6 +25,12 @@ a resumed run, ``fairseq-generate`` or a fine-tuning run never profiles again. U
 distributed training the variances are summed over all workers, so every copy of the model
 gets the same omega.
 
+How: ``Admin.initialize`` installs one-time hooks (``OmegaProfiling``): on that first training
+batch they hand every layer of the stack one ``OmegaProfile`` as its ``stream`` argument (the
+running r travels with it), mark the stack profiled and remove themselves. Loading a state
+dict whose stack is already profiled removes them too. Afterwards no hook, flag or
+device-to-host sync is left on the forward path.
+
 How omega is stored: ``<sublayer>_omega0`` (a buffer, the profiled value) plus
 ``<sublayer>_omega_delta`` (the learned parameter, initialised to 0); omega = omega0 + delta.
 The forward function and the gradients are those of one parameter omega; storing the profiled
@@ -45,13 +51,9 @@ from typing import List, Optional
 
 import torch
 import torch.distributed as dist
-from fairseq.modules.transformer_layer import (
-    TransformerDecoderLayerBase,
-    TransformerEncoderLayerBase,
-)
 from torch import Tensor, nn
 
-from .base import ResidualScheme, SublayerAwareLayer, stack_layers
+from .base import SublayerDecoderLayer, SublayerEncoderLayer, SublayerLayer, SublayerScheme, stack_layers
 
 logger = logging.getLogger(__name__)
 
@@ -71,23 +73,28 @@ def population_variance(t: Tensor) -> float:
 
 
 class OmegaProfile:
-    """The running r of one stack while its profiling pass runs."""
+    """The running r of one stack during its profiling pass; inert once ``done`` (activation
+    checkpointing re-runs the layers in backward with the same arguments)."""
 
     def __init__(self):
         self.ratio = 1.0
         self.values: List[float] = []
+        self.done = False
 
     def assign(self, omega0: Tensor, residual: Tensor, x: Tensor):
         """omega_i = r; r <- sqrt(Var[x_{i-1} omega_i] + Var[f_i]) (omega_delta is still 0 here)."""
+        if self.done:
+            return
         omega0.fill_(self.ratio)
         self.values.append(self.ratio)
         self.ratio = math.sqrt(population_variance(residual * omega0) + population_variance(x))
 
 
-class AdminLayer(SublayerAwareLayer):
+class AdminLayer(SublayerLayer):
     """Mixin: fairseq's Post-LN layer with x_{i-1} * omega_i in each residual sum."""
 
     def setup_layer(self, cfg, decoder):
+        super().setup_layer(cfg, decoder)
         for sublayer in self.admin_sublayers():
             self.register_buffer(f"{sublayer}_omega0", torch.ones(()))
             delta = nn.Parameter(torch.zeros(self.embed_dim))
@@ -95,7 +102,6 @@ class AdminLayer(SublayerAwareLayer):
         for fc in (self.fc1, self.fc2):
             nn.init.xavier_uniform_(fc.weight)
             nn.init.zeros_(fc.bias)
-        self.omega_profile: Optional[OmegaProfile] = None  # set only during the profiling pass
 
     def admin_sublayers(self) -> List[str]:
         cross = ["encoder_attn"] if getattr(self, "encoder_attn", None) is not None else []
@@ -104,45 +110,81 @@ class AdminLayer(SublayerAwareLayer):
     def omega(self, sublayer: str) -> Tensor:
         return getattr(self, f"{sublayer}_omega0") + getattr(self, f"{sublayer}_omega_delta")
 
-    def combine(self, sublayer, x, residual):
-        # x is f_i(x_{i-1}) after dropout, residual is x_{i-1}; fairseq applies the LN next
-        if self.omega_profile is not None:
-            self.omega_profile.assign(getattr(self, f"{sublayer}_omega0"), residual, x)
-        return residual * self.omega(sublayer) + x
+    def residual_sum(self, sublayer, x, residual, block_input, profile: Optional[OmegaProfile]):
+        # x is f_i(x_{i-1}) after dropout, residual is x_{i-1}; fairseq's LN follows
+        if profile is not None:
+            profile.assign(getattr(self, f"{sublayer}_omega0"), residual, x)
+        return residual * self.omega(sublayer) + x, profile
 
 
-class AdminEncoderLayer(AdminLayer, TransformerEncoderLayerBase):
+class AdminEncoderLayer(AdminLayer, SublayerEncoderLayer):
     pass
 
 
-class AdminDecoderLayer(AdminLayer, TransformerDecoderLayerBase):
+class AdminDecoderLayer(AdminLayer, SublayerDecoderLayer):
     pass
 
 
-def _start_profiling(stack, args):
-    if stack.training and not bool(getattr(stack, PROFILED_KEY)):
-        profile = OmegaProfile()
-        for layer in stack_layers(stack):
-            layer.omega_profile = profile
+class OmegaProfiling:
+    """The one-time hooks that profile one stack's omega on its first training batch.
+
+    Referenced only by the hooks themselves: nothing is added to a module, and ``remove``
+    leaves the model without a trace of them.
+    """
+
+    def __init__(self, stack: nn.Module):
+        self.stack = stack
+        self.profile: Optional[OmegaProfile] = None
+        self.handles = [
+            stack.register_forward_pre_hook(self.begin),
+            stack.register_forward_hook(self.end),
+            stack.register_load_state_dict_post_hook(self.loaded),
+        ]
+        self.handles += [
+            layer.register_forward_pre_hook(self.hand_over, with_kwargs=True) for layer in stack_layers(stack)
+        ]
+
+    def profiled(self) -> bool:
+        return bool(getattr(self.stack, PROFILED_KEY))
+
+    def begin(self, stack, args):
+        if not stack.training:
+            return
+        if self.profiled():  # a profiled checkpoint's weights were copied in without load_state_dict
+            self.remove()
+            return
+        self.profile = OmegaProfile()
+
+    def hand_over(self, layer, args, kwargs):
+        if self.profile is not None:
+            return args, dict(kwargs, stream=self.profile)
+        return None
+
+    def end(self, stack, args, output):
+        profile = self.profile
+        if profile is None:
+            return
+        profile.done = True
+        getattr(stack, PROFILED_KEY).fill_(1)
+        logger.info(
+            "Admin: profiled omega of %s (%d sub-layers): %s",
+            type(stack).__name__,
+            len(profile.values),
+            " ".join(f"{v:.3f}" for v in profile.values),
+        )
+        self.remove()
+
+    def loaded(self, stack, incompatible_keys):
+        if self.profiled():
+            self.remove()
+
+    def remove(self):
+        for handle in self.handles:
+            handle.remove()
+        self.profile = None
 
 
-def _finish_profiling(stack, args, output):
-    layers = stack_layers(stack)
-    profile = layers[0].omega_profile if layers else None
-    if profile is None:
-        return
-    for layer in layers:
-        layer.omega_profile = None
-    getattr(stack, PROFILED_KEY).fill_(1)
-    logger.info(
-        "Admin: profiled omega of %s (%d sub-layers): %s",
-        type(stack).__name__,
-        len(profile.values),
-        " ".join(f"{v:.3f}" for v in profile.values),
-    )
-
-
-class Admin(ResidualScheme):
+class Admin(SublayerScheme):
     name = "admin"
     summary = "Admin: x_i = LN(x_{i-1}*omega_i + f_i(x_{i-1})), omega profiled on the first batch"
     normalize_before = False
@@ -152,5 +194,4 @@ class Admin(ResidualScheme):
     def initialize(self, model, cfg):
         for stack in (model.encoder, model.decoder):
             stack.register_buffer(PROFILED_KEY, torch.zeros((), dtype=torch.long))
-            stack.register_forward_pre_hook(_start_profiling)
-            stack.register_forward_hook(_finish_profiling)
+            OmegaProfiling(stack)

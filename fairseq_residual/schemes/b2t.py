@@ -26,33 +26,28 @@ Choices (authors' code: takase/b2t_connection, ``--residual-bottom-to-top``):
 Appears in the ResiDual paper's WMT table (E6D6, E18D18).
 """
 
-from fairseq.modules.transformer_layer import (
-    TransformerDecoderLayerBase,
-    TransformerEncoderLayerBase,
-)
-
-from .base import ResidualScheme, SublayerAwareLayer
+from .base import SublayerDecoderLayer, SublayerEncoderLayer, SublayerLayer, SublayerScheme
 
 
-class BottomToTopLayer(SublayerAwareLayer):
-    """Mixin: fairseq's Post-LN layer, with x_l added again before the layer's last LN."""
+class BottomToTopLayer(SublayerLayer):
+    """Mixin: fairseq's Post-LN layer, with the block input x_l added again before the layer's last LN."""
 
-    def combine(self, sublayer, x, residual):
+    def residual_sum(self, sublayer, x, residual, block_input, stream):
         # x is the sub-layer output after dropout, residual its (Post-LN) input
         if sublayer == "ffn":
-            return residual + x + self.block_input
-        return residual + x
+            return residual + x + block_input, stream
+        return residual + x, stream
 
 
-class B2TEncoderLayer(BottomToTopLayer, TransformerEncoderLayerBase):
+class B2TEncoderLayer(BottomToTopLayer, SublayerEncoderLayer):
     pass
 
 
-class B2TDecoderLayer(BottomToTopLayer, TransformerDecoderLayerBase):
+class B2TDecoderLayer(BottomToTopLayer, SublayerDecoderLayer):
     pass
 
 
-class B2T(ResidualScheme):
+class B2T(SublayerScheme):
     name = "b2t"
     summary = "B2T connection: Post-LN plus the block input added before the block's last LN"
     normalize_before = False

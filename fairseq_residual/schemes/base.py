@@ -1,34 +1,54 @@
 """What a residual scheme is, as the rest of the plugin sees it.
 
-A scheme decides four things and nothing else:
+A scheme decides:
 
 * whether fairseq's layers put LayerNorm on the sub-layer input (Pre-LN) or after
   the residual sum (Post-LN) -- fairseq's own ``normalize_before`` flag;
 * which encoder/decoder layer classes to build (fairseq's own ones unless the
   scheme changes how sub-layer outputs are combined);
-* the module at the top of each stack (fairseq's ``layer_norm`` attribute, applied
-  once after the last layer);
-* anything it must do once to a freshly built model (``initialize``: depth-dependent
-  initialisation that needs the whole model, per-layer values that need the layer's
-  index, state kept in the checkpoint);
-* if it carries more than the hidden state between layers (ResiDual's two paths), the
-  hidden state fairseq records (``hidden_state``).
+* the module at the top of each stack (fairseq's ``layer_norm`` attribute);
+* what a stack's layer loop carries from one layer to the next (``start``, ``step``,
+  ``finish``, ``hidden_state``): the hidden state for most schemes, ResiDual's two
+  paths, DLCL's history of layer outputs;
+* anything it must do once to a freshly built model (``initialize``).
+
+Where a forward pass keeps its state: in local variables and arguments only. The stack's
+layer loop (``model.run_stack``) holds the scheme's *carry* in a local and hands it to
+``step`` for every layer; a layer that needs per-call values inside its sub-layers
+(``SublayerEncoderLayer`` / ``SublayerDecoderLayer``) receives them as the ``stream``
+argument and returns them. Modules hold parameters, buffers and configuration, never a
+value of one call, so one model serves several threads, ``torch.compile`` traces it and
+activation checkpointing re-runs a layer from its arguments alone.
 
 Everything else (embeddings, attention, FFN, incremental decoding, beam search)
 is fairseq's code, shared by all schemes.
 """
 
-from typing import List, Optional
+from typing import Any, List, Optional, Tuple
 
+import torch
 from fairseq.modules.transformer_layer import (
     TransformerDecoderLayerBase,
     TransformerEncoderLayerBase,
 )
 from torch import Tensor, nn
 
+from ..errors import ConfigError
+
+
+def split_layer_output(out) -> Tuple[Tensor, tuple]:
+    """(x, the rest) of a fairseq layer's output: x alone, (x, fc_result) or (x, attn, state)."""
+    if isinstance(out, tuple):
+        return out[0], out[1:]
+    return out, ()
+
 
 class ResidualScheme:
-    """Base class: the Post-LN wiring of Vaswani et al. (2017), fairseq's default."""
+    """Base class: the Post-LN wiring of Vaswani et al. (2017), fairseq's default.
+
+    The carry of the default is the hidden state itself, so a stack's loop is fairseq's:
+    ``x = layer(x, ...)`` for every layer, then the stack-top module.
+    """
 
     #: name used by ``--residual-scheme`` and recorded in checkpoints
     name: str = ""
@@ -47,16 +67,30 @@ class ResidualScheme:
         """
         return fairseq_default
 
-    def hidden_state(self, carried: Tensor, embed_dim: int) -> Tensor:
-        """The hidden state recorded for what fairseq's layer loop ``carried`` into or out of a layer.
+    def start(self, stack: Any, x: Tensor) -> Any:
+        """The carry entering the first layer of ``stack``, from its embedding ``x`` (time, batch, embed_dim)."""
+        return x
+
+    def step(self, layer: nn.Module, carry: Any, **kwargs) -> Tuple[Any, tuple]:
+        """Run one layer on the carry (fairseq's arguments after x, by name): (new carry, the layer's other
+        outputs). Whatever a layer needs goes in as arguments, tensors as such (fairseq's activation
+        checkpointing saves and recomputes the layer from its tensor arguments; FSDP gathers a layer's
+        parameters only inside its call)."""
+        return split_layer_output(layer(carry, **kwargs))
+
+    def hidden_state(self, carry: Any) -> Tensor:
+        """The hidden state recorded for a carry, embed_dim wide.
 
         fairseq's ``encoder_states`` (``return_all_hiddens``) and the decoder's ``inner_states``
-        list the embedding and then every layer's output, before the stack-top module. Every
-        scheme records embed_dim-wide states: the output of the layer's last sub-layer, i.e.
-        its last LayerNorm for Post-LN wirings and the residual stream for Pre-LN ones. The
-        default: what the loop carries is that state.
+        list the embedding and then what every layer hands to the next, before the stack-top
+        module: the output of the layer's last sub-layer, i.e. its last LayerNorm for Post-LN
+        wirings and the residual stream for Pre-LN ones.
         """
-        return carried
+        return carry
+
+    def finish(self, stack: Any, carry: Any) -> Tensor:
+        """The stack's output from the carry after its last layer (through the stack-top module, if any)."""
+        return carry if stack.layer_norm is None else stack.layer_norm(carry)
 
     def initialize(self, model, cfg) -> None:
         """Called once on every freshly built model, before a checkpoint (if any) is loaded.
@@ -65,6 +99,15 @@ class ResidualScheme:
         Buffers registered here are part of the state dict, so they travel with
         checkpoints. The default does nothing.
         """
+
+
+class SublayerScheme(ResidualScheme):
+    """A scheme whose layers are ``SublayerLayer``s and whose carry is the hidden state (B2T, Admin):
+    each layer gets ``stream=None`` (Admin's one-time profiling puts its profile there)."""
+
+    def step(self, layer, carry, **kwargs):
+        x, rest, _ = call_with_stream(layer, carry, None, **kwargs)
+        return x, rest
 
 
 class SchemeLayer:
@@ -85,44 +128,121 @@ class SchemeLayer:
         (``cfg`` is fairseq's nested TransformerConfig). The default does nothing."""
 
 
-class SublayerAwareLayer(SchemeLayer):
-    """Mixin for a fairseq layer whose residual sum depends on which sub-layer it closes.
+class SublayerLayer(SchemeLayer):
+    """Mixin for a Post-LN layer whose residual sum depends on the sub-layer it closes or on
+    values of the current call (ResiDual's dual path, B2T's block input, Admin's profile).
 
-    fairseq's layer ``forward`` calls ``residual_connection(x, residual)`` once per
-    sub-layer, in a fixed order: ``self_attn``, ``encoder_attn`` (decoder layers, when
-    an encoder output is given) and ``ffn``. This mixin's ``forward`` records that
-    order and the block's input, so that a scheme implements
+    fairseq's layer ``forward`` closes each sub-layer with ``residual_connection(x, residual)``,
+    which has no way to receive such values. ``SublayerEncoderLayer`` / ``SublayerDecoderLayer``
+    write the same forward sub-layer by sub-layer instead and close each one with
 
-        combine(sublayer, x, residual)    x: post-dropout sub-layer output,
-                                          residual: that sub-layer's input (Post-LN)
+        residual_sum(sublayer, x, residual, block_input, stream) -> (sum, stream)
 
-    with ``self.block_input`` (the layer's input x_l) available while it runs.
-    Put it before the fairseq layer class in the bases.
+    x: the sub-layer's output after dropout, residual: its input (Post-LN), block_input: the
+    layer's input, stream: what the scheme's ``step`` passed in (returned as the layer's last
+    output, updated). The sub-layers run self-attention, cross-attention (decoder, given an
+    encoder output), FFN; fairseq's LayerNorm follows each sum.
     """
 
-    block_input = None
-    _sublayers = None
-
-    def sublayer_names(self, args, kwargs) -> List[str]:
-        names = ["self_attn"]
-        if getattr(self, "encoder_attn", None) is not None:
-            encoder_out = args[0] if args else kwargs.get("encoder_out")
-            if encoder_out is not None:
-                names.append("encoder_attn")
-        return names + ["ffn"]
-
-    def forward(self, x, *args, **kwargs):
-        self.block_input, self._sublayers = x, iter(self.sublayer_names(args, kwargs))
-        try:
-            return super().forward(x, *args, **kwargs)
-        finally:
-            self.block_input = self._sublayers = None
-
-    def residual_connection(self, x, residual):
-        return self.combine(next(self._sublayers), x, residual)
-
-    def combine(self, sublayer: str, x, residual):
+    def residual_sum(self, sublayer: str, x: Tensor, residual: Tensor, block_input: Tensor, stream):
         raise NotImplementedError
+
+    def setup_layer(self, cfg, decoder):
+        side = cfg.decoder if decoder else cfg.encoder
+        if side.normalize_before or (decoder and cfg.cross_self_attention):
+            raise ConfigError(
+                "this residual scheme writes its own Post-LN layer and supports neither --*-normalize-before "
+                "nor --cross-self-attention: drop the option, or use --residual-scheme post/pre"
+            )
+
+
+def call_with_stream(layer: nn.Module, x: Tensor, stream, **kwargs) -> Tuple[Tensor, tuple, Any]:
+    """Run a ``SublayerLayer`` on x and ``stream``: (x, the rest of fairseq's outputs, the stream)."""
+    out = layer(x, stream=stream, **kwargs)
+    return out[0], out[1:-1], out[-1]
+
+
+class SublayerEncoderLayer(TransformerEncoderLayerBase):
+    """fairseq's Post-LN encoder layer, forward written sub-layer by sub-layer (see ``SublayerLayer``)."""
+
+    def forward(
+        self, x, encoder_padding_mask: Optional[Tensor] = None, attn_mask: Optional[Tensor] = None, stream=None
+    ):
+        if attn_mask is not None:  # as fairseq: masked positions get a large negative score, not -inf
+            attn_mask = attn_mask.masked_fill(attn_mask.to(torch.bool), -1e8 if x.dtype == torch.float32 else -1e4)
+        block_input = x
+        f, _ = self.self_attn(
+            query=x, key=x, value=x, key_padding_mask=encoder_padding_mask, need_weights=False, attn_mask=attn_mask
+        )
+        x, stream = self.residual_sum("self_attn", self.dropout_module(f), x, block_input, stream)
+        x = self.self_attn_layer_norm(x)
+        fc_result = self.fc2(self.activation_dropout_module(self.activation_fn(self.fc1(x))))
+        x, stream = self.residual_sum("ffn", self.dropout_module(fc_result), x, block_input, stream)
+        x = self.final_layer_norm(x)
+        if self.return_fc:
+            return x, fc_result, stream
+        return x, stream
+
+
+class SublayerDecoderLayer(TransformerDecoderLayerBase):
+    """fairseq's Post-LN decoder layer, forward written sub-layer by sub-layer (see ``SublayerLayer``).
+
+    Returns fairseq's (x, attn, None) followed by the stream. fairseq's decoder loop never passes
+    ``prev_self_attn_state`` / ``prev_attn_state`` (incremental state lives in ``incremental_state``).
+    """
+
+    def forward(
+        self,
+        x,
+        encoder_out: Optional[Tensor] = None,
+        encoder_padding_mask: Optional[Tensor] = None,
+        incremental_state=None,
+        prev_self_attn_state: Optional[List[Tensor]] = None,
+        prev_attn_state: Optional[List[Tensor]] = None,
+        self_attn_mask: Optional[Tensor] = None,
+        self_attn_padding_mask: Optional[Tensor] = None,
+        need_attn: bool = False,
+        need_head_weights: bool = False,
+        stream=None,
+    ):
+        if prev_self_attn_state is not None or prev_attn_state is not None:
+            raise NotImplementedError("prev_self_attn_state / prev_attn_state: pass the state in incremental_state")
+        block_input = x
+        f, attn = self.self_attn(
+            query=x,
+            key=x,
+            value=x,
+            key_padding_mask=self_attn_padding_mask,
+            incremental_state=incremental_state,
+            need_weights=False,
+            attn_mask=self_attn_mask,
+        )
+        if self.c_attn is not None:  # NormFormer's head scaling (--scale-heads)
+            f = torch.einsum("tbhd,h->tbhd", f.unflatten(-1, (self.nh, self.head_dim)), self.c_attn).flatten(-2)
+        if self.attn_ln is not None:  # NormFormer (--scale-attn)
+            f = self.attn_ln(f)
+        x, stream = self.residual_sum("self_attn", self.dropout_module(f), x, block_input, stream)
+        x = self.self_attn_layer_norm(x)
+        if self.encoder_attn is not None and encoder_out is not None:
+            f, attn = self.encoder_attn(
+                query=x,
+                key=encoder_out,
+                value=encoder_out,
+                key_padding_mask=encoder_padding_mask,
+                incremental_state=incremental_state,
+                static_kv=True,
+                need_weights=need_attn or need_head_weights or (not self.training and self.need_attn),
+                need_head_weights=need_head_weights,
+            )
+            x, stream = self.residual_sum("encoder_attn", self.dropout_module(f), x, block_input, stream)
+            x = self.encoder_attn_layer_norm(x)
+        f = self.activation_dropout_module(self.activation_fn(self.fc1(x)))
+        if self.ffn_layernorm is not None:  # NormFormer (--scale-fc)
+            f = self.ffn_layernorm(f)
+        residual = x if self.w_resid is None else torch.mul(self.w_resid, x)  # NormFormer (--scale-resids)
+        x, stream = self.residual_sum("ffn", self.dropout_module(self.fc2(f)), residual, block_input, stream)
+        x = self.final_layer_norm(x)
+        return x, attn, None, stream
 
 
 def stack_layers(stack) -> List[nn.Module]:
@@ -133,9 +253,8 @@ def stack_layers(stack) -> List[nn.Module]:
 
 def unwrapped_layer(layer: nn.Module) -> nn.Module:
     """The scheme's layer itself. fairscale's FSDP holds it inside a FlattenParamsWrapper
-    (``layer.module.module``); one level of unwrapping would return that wrapper, on which an
-    attribute set by a scheme (Admin's ``omega_profile``) never reaches the layer's forward, and
-    whose forward hooks (DLCL's) run before it re-creates the layer's parameter views."""
+    (``layer.module.module``); one level of unwrapping would return that wrapper, whose
+    attributes are not the layer's."""
     inner = getattr(layer, "module", None)
     while isinstance(inner, nn.Module):
         layer, inner = inner, getattr(inner, "module", None)

@@ -18,14 +18,16 @@ Names: row l+1 of W is ``history_weight`` of layer l+1 (a vector of N+1 entries,
 the first l+1 are used; the others stay 0 and get no gradient), row N+1 is the stack-top's
 ``history_weight``; LN_k is ``history_norm`` of layer k.
 
-What travels through fairseq's unchanged layer loop is each layer's own output y_l (so the
-hidden states fairseq records are y_0 .. y_N, embed_dim wide, like Pre-LN's). The history
-LN_0(y_0), LN_1(y_1), ... lives beside the loop, in the stack's ``LayerHistory``: hooks around
-each layer's call (outside fairseq's activation checkpointing, which wraps the layer's
-``forward``) record LN_l(y_l) after the layer and hand the next layer its mix; the stack-top
-module does the final one. Each output is copied once into one buffer that a layer reads as
-a view, so the stored history grows with N (one hidden state per layer), not with N^2 as when
-every layer concatenated the whole history again.
+Where the history lives during a forward pass: the stack's layer loop carries
+(y_l, history) in a local, history being the tuple LN_0(y_0), LN_1(y_1), ... (``DLCL.step``).
+A layer receives the history entries as its positional arguments (tensors, so that fairseq's
+activation checkpointing saves and recomputes them like any input, and FSDP has gathered the
+layer's W row and LN_k when they are used), mixes them, runs fairseq's Pre-LN layer and
+returns y_{l+1} and LN_{l+1}(y_{l+1}). The mix is a chain of multiply-adds (``mix``):
+autograd keeps a reference to each entry, never a copy, so the stored history grows with N
+(two hidden states per layer: y_k kept by LN_k, LN_k(y_k) by the mixes), not with N^2 as when
+every layer concatenated the whole history again. The hidden states fairseq records are
+y_0 .. y_N, like Pre-LN's.
 
 Choices, following the authors' code (wangqiangneu/dlcl, ``history_type=learnable_dense``,
 ``init_value=avg``, ``weight_type=scalar``): scalar weights (not per-dimension), no softmax
@@ -34,7 +36,7 @@ normalisation of W, the embedding not layer-normalised, no dropout on the combin
 Appears in the ResiDual paper's WMT table (E6D6, E18D18).
 """
 
-from typing import List, Optional
+from typing import Sequence
 
 import torch
 from fairseq.modules import LayerNorm
@@ -45,14 +47,15 @@ from fairseq.modules.transformer_layer import (
 from torch import Tensor, nn
 
 from ..errors import ConfigError
-from .base import ResidualScheme, SchemeLayer, stack_layers
+from .base import ResidualScheme, SchemeLayer, split_layer_output, stack_layers
 
 
-def combine_history(history: Tensor, weight: Tensor, embed_dim: int) -> Tensor:
-    """sum_k weight[k] * history chunk k, for the k chunks of width ``embed_dim`` present."""
-    chunks = history.size(-1) // embed_dim
-    stacked = history.unflatten(-1, (chunks, embed_dim))
-    return torch.einsum("...kc,k->...c", stacked, weight[:chunks])
+def mix(history: Sequence[Tensor], weight: Tensor) -> Tensor:
+    """sum_k weight[k] * history[k] over the entries present (weight may be longer)."""
+    out = history[0] * weight[0]
+    for k in range(1, len(history)):
+        out = torch.addcmul(out, history[k], weight[k])
+    return out
 
 
 def uniform_row(row: Tensor, inputs: int):
@@ -62,110 +65,22 @@ def uniform_row(row: Tensor, inputs: int):
         row[:inputs] = 1.0 / inputs
 
 
-class _Store(torch.autograd.Function):
-    """Copies one normalised output into its slot of the history buffer.
-
-    The buffer is outside autograd (each slot is written once and later layers write the next
-    ones, which autograd's in-place checks would reject); what this returns is the entry's place
-    in the graph: a zero-stride handle of the output's shape, one element of memory, through
-    which ``_Combine`` sends the entry's gradient back to the output it was copied from.
-    """
-
-    @staticmethod
-    def forward(ctx, output: Tensor, buffer: Tensor, index: int) -> Tensor:
-        width = output.size(-1)
-        buffer.narrow(-1, index * width, width).copy_(output)
-        return torch.empty_strided(output.shape, (0,) * output.dim(), dtype=output.dtype, device=output.device)
-
-    @staticmethod
-    def backward(ctx, grad):
-        return grad, None, None
-
-
-class _Combine(torch.autograd.Function):
-    """``combine_history`` of the stored entries, differentiable in W and in every entry (via its handle)."""
-
-    @staticmethod
-    def forward(ctx, weight: Tensor, stored: Tensor, *handles: Tensor) -> Tensor:
-        # ``stored`` is a view of the buffer: kept as it is, not through save_for_backward, whose
-        # version check would fail once a later layer writes the next slot (this view's slots
-        # never change)
-        ctx.stored = stored
-        ctx.save_for_backward(weight)
-        return combine_history(stored, weight, handles[0].size(-1))
-
-    @staticmethod
-    def backward(ctx, grad):
-        (weight,) = ctx.saved_tensors
-        chunks = ctx.stored.size(-1) // grad.size(-1)
-        grad_weight = torch.zeros_like(weight)
-        grad_weight[:chunks] = torch.einsum("...kc,...c->k", ctx.stored.unflatten(-1, (chunks, grad.size(-1))), grad)
-        return (grad_weight, None) + tuple(grad * weight[k] for k in range(chunks))
-
-
-class LayerHistory:
-    """LN_0(y_0), LN_1(y_1), ... of one stack during one forward pass, each stored once.
-
-    The entries are written one after another into one buffer [LN_0(y_0) ; LN_1(y_1) ; ...] on
-    the feature axis, allocated for all N+1 when the first one arrives; ``combine`` reads the
-    entries so far as a view of it.
-    """
-
-    def __init__(self, capacity: int):
-        self.capacity = capacity  # N + 1: the embedding and every layer's output
-        self.clear()
-
-    def clear(self):
-        self.buffer: Optional[Tensor] = None
-        self.handles: List[Tensor] = []
-
-    def __len__(self) -> int:
-        return len(self.handles)
-
-    def append(self, entry: Tensor):
-        if self.buffer is None:
-            self.buffer = entry.new_empty(*entry.shape[:-1], self.capacity * entry.size(-1))
-        self.handles.append(_Store.apply(entry, self.buffer, len(self.handles)))
-
-    def combine(self, weight: Tensor) -> Tensor:
-        """sum_k weight[k] * entry k over the entries so far."""
-        assert self.buffer is not None, "combine() before the first append()"
-        stored = self.buffer.narrow(-1, 0, len(self.handles) * self.handles[0].size(-1))
-        return _Combine.apply(weight, stored, *self.handles)
-
-    def start(self, embedding: Tensor):
-        """Record y_0 (LN_0 is the identity) if nothing is recorded yet: whichever module of the
-        stack runs first (the first layer, or the top when LayerDrop skipped every layer) sees it."""
-        if len(self) == 0:
-            self.append(embedding)
-
-
 class HistoryLayer(SchemeLayer):
-    """Mixin: a fairseq Pre-LN layer with its row of W and its LN_k; ``DLCL.initialize`` hooks it
-    to the stack's ``LayerHistory`` (``read_history`` before the call, ``record_output`` after)."""
+    """Mixin: a fairseq Pre-LN layer F_{l+1} with its row of W and its LN_{l+1}.
+
+    ``forward(*history, **fairseq_kwargs)`` -> fairseq's outputs with y_{l+1} first, then
+    LN_{l+1}(y_{l+1}) appended last.
+    """
 
     def setup_layer(self, cfg, decoder):
         num_layers = (cfg.decoder if decoder else cfg.encoder).layers
         self.history_weight = nn.Parameter(torch.zeros(num_layers + 1))  # filled by DLCL.initialize
         self.history_norm = LayerNorm(self.embed_dim, export=cfg.export)
-        self.history: Optional[LayerHistory] = None  # the stack's, set by DLCL.initialize
 
-
-def read_history(layer, args):
-    """Forward pre-hook: the layer's input y_l is replaced by x_{l+1} = sum_k W[l+1, k] LN_k(y_k)."""
-    layer.history.start(args[0])
-    return (layer.history.combine(layer.history_weight),) + tuple(args[1:])
-
-
-def record_output(layer, args, out):
-    """Forward hook: LN_{l+1}(y_{l+1}) joins the history; y_{l+1} goes on through fairseq's loop."""
-    y = out[0] if isinstance(out, tuple) else out  # decoder: (x, attn, state); encoder with return_fc: (x, fc)
-    layer.history.append(layer.history_norm(y))
-
-
-def clear_history(stack, args):
-    """Forward pre-hook of a stack: a forward pass starts with an empty history."""
-    stack.layer_history.clear()
+    def forward(self, *history: Tensor, **kwargs):
+        # super(): the fairseq layer class this mixin precedes in the bases
+        y, rest = split_layer_output(super().forward(mix(history, self.history_weight), **kwargs))  # type: ignore[misc]
+        return (y,) + rest + (self.history_norm(y),)
 
 
 class DLCLEncoderLayer(HistoryLayer, TransformerEncoderLayerBase):
@@ -187,27 +102,18 @@ class HistoryOutput(nn.LayerNorm):
     def __init__(self, embed_dim: int):
         super().__init__(embed_dim)
         self.history_weight = nn.Parameter(torch.zeros(0))
-        self.history: Optional[LayerHistory] = None  # the stack's, set by DLCL.initialize
 
     def reset_history_weight(self, inputs: int):
         self.history_weight = nn.Parameter(torch.zeros(inputs))
         uniform_row(self.history_weight, inputs)
 
-    def forward(self, last_output: Tensor) -> Tensor:
-        history = self.history
-        assert history is not None, "DLCL.initialize gives the stack top its history"
-        history.start(last_output)
-        mixed = history.combine(self.history_weight)
-        history.clear()  # the last reader: autograd keeps what backward needs
-        return super().forward(mixed)
+    def forward(self, history: Sequence[Tensor]) -> Tensor:  # type: ignore[override]
+        return super().forward(mix(history, self.history_weight))
 
 
 def refuse_sharded_layers(stack):
-    """Each layer's row of W and LN_k are used outside the layer's own forward and backward (by the
-    hooks and in later layers' mixes). With one worker FSDP's copy of a layer's parameters is the
-    whole of them and this works; with several it holds only a shard between the layer's forward
-    and backward, so writing W's rows below (a segmentation fault), or the mixes' backward, touches
-    freed memory."""
+    """With several workers FSDP holds only a shard of a layer's parameters outside the layer's
+    call, so writing W's rows below touches freed memory (a segmentation fault)."""
     if any(getattr(stack.layers[i], "world_size", 1) > 1 for i in range(len(stack.layers))):
         raise ConfigError(
             "--residual-scheme dlcl cannot be trained with FSDP wrapping each layer on its own with several "
@@ -226,17 +132,27 @@ class DLCL(ResidualScheme):
     def build_stack_output(self, fairseq_default, embed_dim, cfg):
         return HistoryOutput(embed_dim)
 
+    def start(self, stack, x):
+        """(y_0, history) with y_0 the embedding and LN_0 the identity."""
+        return x, (x,)
+
+    def step(self, layer, carry, **kwargs):
+        """x_{l+1} = sum_k W[l+1, k] LN_k(y_k); y_{l+1} = F_{l+1}(x_{l+1}); LN_{l+1}(y_{l+1}) joins the history."""
+        history = carry[1]
+        out = layer(*history, **kwargs)
+        return (out[0], history + (out[-1],)), out[1:-1]
+
+    def hidden_state(self, carry):
+        return carry[0]
+
+    def finish(self, stack, carry):
+        return stack.layer_norm(carry[1])
+
     def initialize(self, model, cfg):
         # W row by row: layer l+1 (index l) reads y_0 .. y_l, the top reads y_0 .. y_N
         for stack in (model.encoder, model.decoder):
             refuse_sharded_layers(stack)
             layers = stack_layers(stack)
-            stack.layer_history = LayerHistory(len(layers) + 1)
-            stack.register_forward_pre_hook(clear_history)
             for index, layer in enumerate(layers):
                 uniform_row(layer.history_weight, index + 1)
-                layer.history = stack.layer_history
-                layer.register_forward_pre_hook(read_history)
-                layer.register_forward_hook(record_output)
             stack.layer_norm.reset_history_weight(len(layers) + 1)
-            stack.layer_norm.history = stack.layer_history

@@ -16,8 +16,8 @@ def dual_stream_max(model, src, src_lengths, prev):
     seen = []
 
     def hook(module, inputs):
-        stream = inputs[0]
-        seen.append(stream[..., module.normalized_shape[0] :].abs().max().item())
+        x_dual = inputs[1]  # the output module gets (x^ln, x^d)
+        seen.append(x_dual.abs().max().item())
 
     handles = [m.register_forward_pre_hook(hook) for m in model.modules() if isinstance(m, DualStreamOutput)]
     with torch.no_grad():
@@ -61,7 +61,7 @@ def forward_with_overflow_check(model, src, src_lengths, prev):
     handles = [m.register_forward_hook(hook) for m in model.modules()]
     seen = []
     handles += [
-        m.register_forward_pre_hook(lambda m, inputs: seen.append(inputs[0][..., m.normalized_shape[0] :].abs().max()))
+        m.register_forward_pre_hook(lambda m, inputs: seen.append(inputs[1].abs().max()))  # (x^ln, x^d)
         for m in model.modules()
         if isinstance(m, DualStreamOutput)
     ]

@@ -49,8 +49,7 @@ def _max_mismatch(depth=3):
 
 def test_equation_check_fails_without_the_final_dual_layernorm(monkeypatch):
     # mutation check: y = x^ln only (drop LN(x^d)) must be caught by the comparison
-    def without_dual_term(self, stream):
-        x_ln, _ = residual_scheme.unpack_streams(stream, self.normalized_shape[0], 1.0)
+    def without_dual_term(self, x_ln, x_dual):
         return x_ln
 
     monkeypatch.setattr(residual_scheme.DualStreamOutput, "forward", without_dual_term)
@@ -59,8 +58,8 @@ def test_equation_check_fails_without_the_final_dual_layernorm(monkeypatch):
 
 def test_equation_check_fails_without_the_dual_accumulation(monkeypatch):
     # mutation check: x^d never accumulates sub-layer outputs (stays the embedding)
-    def post_ln_only(self, x, residual):
-        return residual + x
+    def post_ln_only(self, sublayer, x, residual, block_input, x_dual):
+        return residual + x, x_dual
 
-    monkeypatch.setattr(residual_scheme.DualStreamLayer, "residual_connection", post_ln_only)
+    monkeypatch.setattr(residual_scheme.DualStreamLayer, "residual_sum", post_ln_only)
     assert _max_mismatch() > 100 * TOL

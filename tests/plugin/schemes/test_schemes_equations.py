@@ -51,16 +51,18 @@ def test_encoder_and_decoder_match_the_paper_equations(scheme, enc_layers, dec_l
 
 
 def test_equation_check_fails_without_the_bottom_to_top_connection(monkeypatch):
-    monkeypatch.setattr(b2t_scheme.BottomToTopLayer, "combine", lambda self, sublayer, x, residual: residual + x)
+    def without_connection(self, sublayer, x, residual, block_input, stream):
+        return residual + x, stream
+
+    monkeypatch.setattr(b2t_scheme.BottomToTopLayer, "residual_sum", without_connection)
     assert max_mismatch("b2t") > 100 * TOL
 
 
 def test_equation_check_fails_with_an_unweighted_layer_history(monkeypatch):
-    def mean_of_history(history, weight, embed_dim):
-        chunks = history.size(-1) // embed_dim
-        return history.view(*history.shape[:-1], chunks, embed_dim).mean(-2)
+    def mean_of_history(history, weight):
+        return torch.stack(tuple(history)).mean(0)
 
-    monkeypatch.setattr(dlcl_scheme, "combine_history", mean_of_history)
+    monkeypatch.setattr(dlcl_scheme, "mix", mean_of_history)
     assert max_mismatch("dlcl") > 100 * TOL
 
 
