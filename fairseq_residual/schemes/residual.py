@@ -79,9 +79,13 @@ class ResiDual(ResidualScheme):
         return DualStreamOutput(embed_dim, cfg.dual_stream_scale)
 
     def start(self, stack, x):
-        """(x^ln_1, x^d_1) = (x, s * x)."""
+        """(x^ln_1, x^d_1) = (x, s * x).
+
+        x^ln_1 as a contiguous copy of fairseq's time-first view of the embedding: the first
+        layer's q/k/v projections then run as fused addmm (not mm + a bias add) and save the copy
+        for backward rather than the embedding's whole storage, as Pre-LN's first LayerNorm does."""
         scale = stack.layer_norm.dual_stream_scale
-        return x, x if scale == 1.0 else x * scale
+        return x.contiguous(), x if scale == 1.0 else x * scale
 
     def step(self, layer, carry, **kwargs):
         x_ln, rest, x_dual = call_with_stream(layer, carry[0], carry[1], **kwargs)

@@ -19,8 +19,8 @@ block k = 1..N (a fairseq layer):
 
 x^ln_k is the input of the sub-layer, x^f_k = f_k(x^ln_k): a forward pre-hook records the query each
 layer passes to its ``self_attn``, whatever the scheme does around it. For Post-LN-style layers that
-is the layer's input LN(x^a_{k-1}) (the embedding for k = 1; ResiDual's layers receive
-``[x^ln ; x^d]`` and hand only x^ln to the sub-layer); for Pre-LN it is LN(x^a_k), the output of the
+is the layer's input LN(x^a_{k-1}) (the embedding for k = 1; ResiDual's layers receive x^ln
+and, beside it, x^d, which no sub-layer reads); for Pre-LN it is LN(x^a_k), the output of the
 layer's ``self_attn_layer_norm``, not the un-normalised stream; for DLCL the mixed, normalised input;
 for T-Fixup (no LayerNorm) the raw stream.
 """

@@ -76,13 +76,18 @@ def test_every_registered_scheme_is_probed_with_finite_numbers(task_and_batch):
 
 
 def test_block_input_is_what_the_first_sub_layer_receives(task_and_batch):
-    """x^ln_k: LN(x^a_k) for Pre-LN (not the raw stream), the x^ln half of ResiDual's packed input."""
+    """x^ln_k: LN(x^a_k) for Pre-LN (not the raw stream), ResiDual's x^ln input (x^d goes in beside it)."""
     task, batch = task_and_batch
     for scheme in ("pre", "residual"):
         model = probes.build_at_init(task, scheme, 3, 16, 2, 32, seed=1)
         layer = model.encoder.layers[1]
         seen = {}
-        handle = layer.register_forward_pre_hook(lambda m, args, seen=seen: seen.setdefault("input", args[0].detach()))
+
+        def record(m, args, kwargs, seen=seen):
+            seen.setdefault("input", args[0].detach())
+            seen.setdefault("stream", kwargs.get("stream"))
+
+        handle = layer.register_forward_pre_hook(record, with_kwargs=True)
         captured = [None] * 3
         hooks = probes._capture_sublayer_inputs(model.encoder.layers, captured)
         model(**batch["net_input"])
@@ -92,8 +97,8 @@ def test_block_input_is_what_the_first_sub_layer_receives(task_and_batch):
         if scheme == "pre":
             expected = layer.self_attn_layer_norm(layer_input)
         else:
-            assert layer_input.size(-1) == 2 * 16  # [x^ln ; x^d]
-            expected = layer_input[..., :16]
+            assert layer_input.size(-1) == seen["stream"].size(-1) == 16  # x^ln, and x^d as the layer's stream
+            expected = layer_input
         assert torch.allclose(captured[1], expected, atol=1e-6)
 
 
