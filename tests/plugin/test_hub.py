@@ -11,14 +11,19 @@ import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import pytest
+import torch
 from helpers import ROOT, run_cli, train_args
+from omegaconf import OmegaConf
 
 from fairseq_residual.errors import DataError
 from fairseq_residual.hub import load_translator
 from fairseq_residual.model import ResidualTransformerModel
+from fairseq_residual.schemes import SCHEMES
 
 pytestmark = pytest.mark.slow  # fairseq-train, fairseq-interactive and python processes
 
@@ -94,6 +99,36 @@ def test_load_translator_names_a_folder_without_the_record(trained, tmp_path):
         load_translator(checkpoint, data_prep_out=tmp_path)
     with pytest.raises(DataError, match="data_prep_out must be the --out folder"):
         load_translator(checkpoint, data_prep_out=tmp_path / "missing")
+
+
+def checkpoint_of_scheme(checkpoint, scheme, task, folder):
+    """``checkpoint`` with its model replaced by a freshly initialised one of ``scheme`` (Admin profiled
+    on a random batch, as its first training batch would), in fairseq's checkpoint format."""
+    state = torch.load(checkpoint, weights_only=False)
+    state["cfg"]["model"]["residual_scheme"] = scheme
+    torch.manual_seed(0)
+    model = ResidualTransformerModel.build_model(OmegaConf.create(state["cfg"]["model"]), task)
+    src = torch.randint(task.source_dictionary.nspecial, len(task.source_dictionary), (4, 9))
+    with torch.no_grad():
+        model.train()(src, torch.full((4,), 9), src)
+    state["model"] = model.state_dict()
+    path = folder / f"{scheme}.pt"
+    torch.save(state, path)
+    return path
+
+
+def test_one_translator_shared_by_threads_gives_the_single_thread_translations(trained, tmp_path):
+    out, checkpoint, _ = trained
+    sentences = Path(out / "text" / "test.de").read_text().splitlines()[:8]  # BPE'd, which is text as well
+    task = load_translator(checkpoint, data_prep_out=out).hub.task
+    for scheme in SCHEMES:
+        translator = load_translator(checkpoint_of_scheme(checkpoint, scheme, task, tmp_path), data_prep_out=out)
+        calls = [sentences[i % 8] if i % 3 else sentences[i % 8 : i % 8 + 3] for i in range(16)]
+        alone = [translator.translate(text, beam=4, max_len_b=8) for text in calls]
+        with ThreadPoolExecutor(max_workers=4) as pool:
+            together = list(pool.map(partial(translator.translate, beam=4, max_len_b=8), calls))
+        assert together == alone, scheme
+        assert len(set(map(str, alone))) > 1, scheme  # different inputs, different outputs
 
 
 def test_fairseq_from_pretrained_needs_the_plugin_imported_or_user_dir(trained):
