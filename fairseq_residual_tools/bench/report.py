@@ -11,9 +11,9 @@ from .measure import ratio_summary
 from .steps import BEAM
 
 #: ResiDual against stock Pre-LN (medians), and the plugin's Post-/Pre-LN against the stock ones:
-#: ResiDual's extra stream may cost at most 3 % of speed and 5 % of peak training memory, and
+#: ResiDual's extra stream may cost at most 1 % of speed and no peak training memory (issue 19), and
 #: the plugin's own Post-LN and Pre-LN run the same layers as fairseq's, within 2 %
-TARGETS = {"residual_train": 0.97, "residual_memory": 1.05, "residual_generate": 0.97, "plugin_vs_stock": 0.02}
+TARGETS = {"residual_train": 0.99, "residual_memory": 1.00, "residual_generate": 0.99, "plugin_vs_stock": 0.02}
 
 
 def _size_checks(size: Dict) -> Iterator[Tuple[str, float, str, bool]]:
