@@ -1,8 +1,9 @@
 """The checks that need a CUDA GPU, as one prepared run: ``bash scripts/gpu_check.sh`` (< 10 min on one GPU).
 
 Post-LN, Pre-LN and ResiDual at E18D18 trained with each of ``PRECISIONS``, a one-node ``torchrun`` launch
-through ``scripts/train.sh`` and ``make bench``'s benchmark with ``--device cuda``; results/gpu-check/README.md
-says what each records. ``--dry-run`` prints the commands and runs nothing.
+through ``scripts/train.sh``, ``make bench``'s benchmark with ``--device cuda`` and ResiDual at E18D18 trained
+under ``torch.compile`` beside eager (``bench/compiled.py``); results/gpu-check/README.md says what each
+records. ``--dry-run`` prints the commands and runs nothing.
 """
 
 import argparse
@@ -15,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
+from .bench.compiled import outcome as compiled_outcome
 from .errors import UserError, exit_on_user_error
 from .markdown import table
 from .provenance import describe, provenance
@@ -65,6 +67,21 @@ def torchrun_command(databin, work: Path, gpus: int, updates: int) -> List[str]:
 def bench_command(out: Path) -> List[str]:
     bench = [sys.executable, str(ROOT / "scripts" / "bench.py")]
     return [*bench, "--device", "cuda", "--sizes", BENCH_SIZES, "--out", str(out / "bench")]
+
+
+def compiled_command(out: Path) -> List[str]:
+    module = [sys.executable, "-m", "fairseq_residual_tools.bench.compiled"]
+    return [
+        *module,
+        "--device",
+        "cuda",
+        "--size",
+        BENCH_SIZES,
+        "--scheme",
+        "residual",
+        "--out",
+        str(out / "compiled.json"),
+    ]
 
 
 def bench_outcome(bench: dict) -> str:
@@ -140,7 +157,8 @@ def report_markdown(record: dict) -> str:
             free = f"{run['gpu_gb_free_min']:.1f}" if run.get("gpu_gb_free_min") is not None else "-"
             rows.append([precision, scheme, str(run["loss_finite"]), last, scale, speed, ratio, free])
     lines.append(table(headers, rows))
-    for key, title in (("torchrun", "torchrun through scripts/train.sh"), ("bench", "Benchmark on the GPU")):
+    sections = [("torchrun", "torchrun through scripts/train.sh"), ("bench", "Benchmark on the GPU")]
+    for key, title in sections + [("compiled", "ResiDual E18D18 under torch.compile beside eager")]:
         if key in record:
             lines += ["", f"## {title}", "", f"`{record[key]['command']}`: {record[key]['outcome']}"]
     return "\n".join(lines) + "\n"
@@ -168,6 +186,8 @@ def run(args) -> dict:
         launches["torchrun"] = torchrun_command(databin, work, max(len(gpus), 1), args.torchrun_updates)
     if not args.skip_bench:
         launches["bench"] = bench_command(out)
+    if not args.skip_compiled:
+        launches["compiled"] = compiled_command(out)
     if args.dry_run:
         print(f"data: the embedded corpus prepared into {databin}")
         for cmd in [*plan.values(), *launches.values()]:
@@ -192,6 +212,7 @@ def run(args) -> dict:
     outcomes = {
         "torchrun": lambda: torchrun_outcome((out / "logs" / "torchrun.log").read_text()),
         "bench": lambda: bench_outcome(json.loads((out / "bench" / "bench.json").read_text())),
+        "compiled": lambda: compiled_outcome(json.loads((out / "compiled.json").read_text())),
     }
     for key, cmd in launches.items():
         error = failure(cmd, out / "logs" / f"{key}.log", key)
@@ -214,6 +235,7 @@ def parse_args(argv: Sequence[str]):
     parser.add_argument("--precisions", default=",".join(PRECISIONS), help=f"comma-separated, from {list(PRECISIONS)}")
     parser.add_argument("--skip-torchrun", action="store_true", help="leave out the torchrun launch")
     parser.add_argument("--skip-bench", action="store_true", help="leave out the benchmark on the GPU")
+    parser.add_argument("--skip-compiled", action="store_true", help="leave out the torch.compile training run")
     parser.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     args = parser.parse_args(argv)
     args.argv = list(argv)

@@ -8,6 +8,7 @@ import pytest
 import torch
 from helpers import ROOT
 
+from fairseq_residual_tools.bench import compiled
 from fairseq_residual_tools.gpu_check import (
     bench_outcome,
     parse_args,
@@ -53,6 +54,27 @@ def test_dry_run_lists_the_benchmark_on_the_gpu_unless_skipped(tmp_path, capsys)
     run(parse_args(["--dry-run", "--skip-bench", "--out", str(tmp_path / "out")]))
     assert "scripts/bench.py" not in capsys.readouterr().out
     assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_lists_the_compiled_training_run_unless_skipped(tmp_path, capsys):
+    run(parse_args(["--dry-run", "--out", str(tmp_path / "out")]))
+    (compiled,) = [line for line in capsys.readouterr().out.splitlines() if "bench.compiled" in line]
+    assert compiled.endswith(
+        f"--device cuda --size wmt-e18d18 --scheme residual --out {tmp_path / 'out' / 'compiled.json'}"
+    )
+    run(parse_args(["--dry-run", "--skip-compiled", "--out", str(tmp_path / "out")]))
+    assert "bench.compiled" not in capsys.readouterr().out
+
+
+def test_compiled_run_trains_the_compiled_model_from_eager_weights_and_reports_one_line(tmp_path):
+    argv = ["--size", "tiny", "--device", "cpu", "--backend", "eager", "--steps", "2", "--warmup", "1"]
+    record = compiled.main([*argv, "--dropout", "0", "--out", str(tmp_path / "compiled.json")])
+    assert json.loads((tmp_path / "compiled.json").read_text())["compiled"]["losses"] == record["compiled"]["losses"]
+    eager, graphs = record["eager"]["losses"], record["compiled"]["losses"]
+    assert len(eager) == len(graphs) == 3 and eager[0] > eager[-1]  # Adam steps on one batch: the loss falls
+    assert record["first_loss_difference"] == 0.0  # same weights, same batch, no dropout
+    assert record["compiled_over_eager_speed"] > 0
+    assert compiled.outcome(record).startswith("residual at tiny, eager: compiled / eager training speed ")
 
 
 @pytest.mark.slow
