@@ -3,10 +3,12 @@
 Adding a scheme: write a ``ResidualScheme`` subclass in its own module, add it to
 ``SCHEMES`` below, and it becomes a ``--residual-scheme`` choice everywhere. If it needs
 its own layers, write one mixin for both stacks (``base.SchemeLayer``, whose
-``setup_layer`` adds parameters or initialisation; ``base.SublayerAwareLayer`` for a
-residual sum that depends on the sub-layer) and combine it with fairseq's
-``TransformerEncoderLayerBase`` and ``TransformerDecoderLayerBase``, with no constructor
-of its own (``b2t.py`` is the shortest example).
+``setup_layer`` adds parameters or initialisation; ``base.SublayerLayer`` for a residual
+sum that depends on the sub-layer or on values of the current call) and combine it with
+fairseq's ``TransformerEncoderLayerBase`` / ``TransformerDecoderLayerBase`` (or
+``base.SublayerEncoderLayer`` / ``SublayerDecoderLayer``), with no constructor of its own
+(``b2t.py`` is the shortest example). docs/schemes.md, "Adding a scheme", has the steps;
+a forward pass keeps its state in locals and arguments, never on a module.
 """
 
 from typing import Dict
