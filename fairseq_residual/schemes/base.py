@@ -12,8 +12,9 @@ A scheme decides:
   paths, DLCL's history of layer outputs;
 * anything it must do once to a freshly built model (``initialize``).
 
-Where a forward pass keeps its state: in local variables and arguments only. The stack's
-layer loop (``model.run_stack``) holds the scheme's *carry* in a local and hands it to
+Where a forward pass keeps its state: in local variables and arguments only. The stacks'
+layer loops (``model.py``: the encoder's ``forward_scriptable``, the decoder's
+``extract_features_scriptable``) hold the scheme's *carry* in a local and hand it to
 ``step`` for every layer; a layer that needs per-call values inside its sub-layers
 (``SublayerEncoderLayer`` / ``SublayerDecoderLayer``) receives them as the ``stream``
 argument and returns them. Modules hold parameters, buffers and configuration, never a
