@@ -295,7 +295,7 @@ The dashed lines in the plots are these fits.
 def parse_args(argv=None):
     from fairseq_residual.schemes import SCHEMES
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="fairseq-residual-probe", description=__doc__.splitlines()[0])
     p.add_argument("--schemes", nargs="+", default=list(SCHEMES), help="default: every registered scheme")
     p.add_argument("--depths", type=int, nargs="+", default=[6, 12, 18, 48], help="layers per stack")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="initialisation seeds")

@@ -208,7 +208,7 @@ Regenerate (resumable; finished runs in `--work` are skipped):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="fairseq-residual-cpu-study", description=__doc__.splitlines()[0])
     p.add_argument("--work", default=str(ROOT / "work" / "cpu-study"), help="data and checkpoints")
     p.add_argument("--out", default=str(ROOT / "results" / "cpu-study"), help="report folder")
     p.add_argument("--schemes", nargs="+", default=["post", "pre", "residual"])

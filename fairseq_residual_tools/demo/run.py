@@ -125,7 +125,7 @@ def train_and_score(scheme: str, depth: Dict, settings: Dict, data, references, 
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="fairseq-residual-demo", description=__doc__.splitlines()[0])
     p.add_argument("--config", default=str(DEFAULT_CONFIG), help="the demo's settings (default: %(default)s)")
     p.add_argument(
         "--set",
