@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first, at the tested version: the CPU build where one is offered, so that no other build is resolved
 	$(PIP) -c constraints.txt torch
-	$(PIP) -c constraints.txt -e '.[data,analysis,test]'
+	$(PIP) -c constraints.txt -e '.[data,analysis,tensorboard,test]'
 	touch $(STAMP)
 
 test: $(STAMP)

@@ -257,6 +257,7 @@ def run_all(specs: List[RunSpec], data, refs, args, started: float) -> List[Dict
     if missing:
         left_out = f"{len(missing)} run(s) stopped without a verdict and are left out (run again to retry)"
         print(f"{left_out}: {', '.join(missing)}", flush=True)
+    print(f"every run's curves: tensorboard --logdir {runs_dir}", flush=True)
     return [r for r in results if r is not None]
 
 

@@ -174,6 +174,7 @@ def main(argv=None):
     )
     print(write_report(rows, meta, sources, references, args.out))
     print(f"\nwritten to {args.out} in {meta['wall_seconds']:.0f} s", flush=True)
+    print(f"every training's curves: tensorboard --logdir {work / 'runs'}", flush=True)
 
 
 if __name__ == "__main__":

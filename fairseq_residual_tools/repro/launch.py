@@ -228,6 +228,8 @@ def plan_launch(args, environ=os.environ, entry_module: str = ENTRY) -> LaunchPl
         *(multilingual_overrides(data, args.dry_run or bool(problem)) if dataset.name == "opus100" else []),
         *(f"common.user_dir={PLUGIN_DIR}", f"checkpoint.save_dir={cell_dir}", f"dataset.max_tokens={batch.max_tokens}"),
         *(f"optimization.update_freq=[{batch.update_freq}]", f"hydra.run.dir={cell_dir / 'hydra'}"),
+        # JSON records in train.log (training_log reads them), curves for TensorBoard in the cell's folder
+        *("common.log_format=json", f"common.tensorboard_logdir={cell_dir / 'tensorboard'}"),
         *(["common.cpu=true"] if args.cpu else []),
         *extra,
     ]
@@ -331,6 +333,7 @@ def train(args, entry_module: str = ENTRY) -> int:
     else:
         print("no checkpoint_last.pt yet: training from the start")
     print(plan.shell())
+    print(f"curves: tensorboard --logdir {cell_dir / 'tensorboard'}")
     if args.dry_run or done.is_file():
         return 0
     if plan.data_problem:
