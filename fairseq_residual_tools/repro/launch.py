@@ -16,7 +16,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from fairseq.dataclass.initialize import add_defaults, hydra_init
 from hydra import compose as hydra_compose
@@ -123,7 +123,7 @@ def gpu_hours(cell: Cell, cfg, tokens: int) -> float:
     return round(seconds / 3600, 1)
 
 
-def compose(cell: Cell, overrides: List[str] = ()):
+def compose(cell: Cell, overrides: Sequence[str] = ()):
     """The cell's full fairseq configuration, composed as fairseq-hydra-train does."""
     hydra_init(cell.dataset)
     with warnings.catch_warnings():
