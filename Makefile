@@ -1,6 +1,6 @@
 # make install -- create .venv (once), install the package with every extra at the tested versions (constraints.txt)
 # make test    -- same environment, then the test suite (pytest -m "not slow" skips the fairseq subprocess tests)
-# make lint    -- ruff (lint + format check) over the repository, mypy on the plugin
+# make lint    -- ruff (lint + format check) over the repository, mypy (check_untyped_defs) on the plugin and the tools
 # make demo    -- same environment, then train Post-LN / Pre-LN / ResiDual on the embedded corpus
 # make bench   -- same environment, then the side-by-side speed / memory benchmark
 PYTHON ?= python3
@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first, at the tested version: the CPU build where one is offered, so that no other build is resolved
 	$(PIP) -c constraints.txt torch
-	$(PIP) -c constraints.txt -e '.[data,analysis,test]'
+	$(PIP) -c constraints.txt -e '.[data,analysis,tensorboard,test]'
 	touch $(STAMP)
 
 test: $(STAMP)

@@ -30,7 +30,7 @@ def keep_last_batch(batch_by_size):
             batches = list(batches) + [indices[kept:]]
         return batches
 
-    wrapper.keeps_last_batch = True
+    wrapper.keeps_last_batch = True  # type: ignore[attr-defined]  # the mark that it is applied
     return wrapper
 
 

@@ -138,7 +138,7 @@ def _resuming_load_checkpoint(load_checkpoint):
                 raise
             raise mismatch from error
 
-    load.fairseq_residual = True
+    load.fairseq_residual = True  # type: ignore[attr-defined]  # the mark that it is applied
     return load
 
 
@@ -179,7 +179,7 @@ def _reporting_load_checkpoint_to_cpu(load_checkpoint_to_cpu):
                 raise
             raise CheckpointFileError(f"cannot load checkpoint {path}: it {reason}; {_PATH_FIX}") from error
 
-    load.fairseq_residual = True
+    load.fairseq_residual = True  # type: ignore[attr-defined]  # the mark that it is applied
     return load
 
 
@@ -205,7 +205,7 @@ def _checking_load_model_ensemble_and_task(load_model_ensemble_and_task):
                         raise CheckpointFileError(f"checkpoint {name} does not exist; {_PATH_FIX}")
         return load_model_ensemble_and_task(*args, **kwargs)
 
-    load.fairseq_residual = True
+    load.fairseq_residual = True  # type: ignore[attr-defined]  # the mark that it is applied
     return load
 
 

@@ -67,7 +67,7 @@ def _atomic_torch_persistent_save(torch_persistent_save):
             return torch_persistent_save(obj, filename, async_write=async_write)
         write_atomically(filename, lambda tmp: torch.save(obj, tmp))
 
-    save.fairseq_residual = True
+    save.fairseq_residual = True  # type: ignore[attr-defined]  # the mark that it is applied
     return save
 
 
@@ -115,7 +115,7 @@ def _cleaning_load_checkpoint(load_checkpoint):
             remove_leftover_temporary_files(cfg.save_dir)
         return load_checkpoint(cfg, trainer, **passthrough_args)
 
-    load.fairseq_residual = True
+    load.fairseq_residual = True  # type: ignore[attr-defined]  # the mark that it is applied
     return load
 
 

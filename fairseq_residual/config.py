@@ -32,7 +32,7 @@ _NESTED = {"encoder": EncDecBaseConfig, "decoder": DecoderConfig, "quant_noise":
 
 
 def _copy_field(name, f, default=MISSING):
-    kwargs = {"metadata": dict(f.metadata)}
+    kwargs: Dict[str, Any] = {"metadata": dict(f.metadata)}
     if default is not MISSING:
         kwargs["default"] = default
     elif f.default_factory is not MISSING:

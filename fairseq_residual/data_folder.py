@@ -65,7 +65,7 @@ def _checking_setup_task(setup_task):
             check_data_folder(cfg)
         return setup_task(cfg, **kwargs)
 
-    setup.fairseq_residual = True
+    setup.fairseq_residual = True  # type: ignore[attr-defined]  # the mark that it is applied
     return setup
 
 
@@ -87,7 +87,7 @@ def _reporting_load_langpair_dataset(load_langpair_dataset):
                 "or choose a split that exists"
             ) from error
 
-    load.fairseq_residual = True
+    load.fairseq_residual = True  # type: ignore[attr-defined]  # the mark that it is applied
     return load
 
 

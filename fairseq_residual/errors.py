@@ -87,7 +87,7 @@ def _one_line_excepthook(previous):
         else:
             sys.stderr.write(f"error: {message}\n")
 
-    hook.fairseq_residual = True
+    hook.fairseq_residual = True  # type: ignore[attr-defined]  # the mark that it is applied
     return hook
 
 

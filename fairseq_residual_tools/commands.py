@@ -31,7 +31,8 @@ def train_command(
     warmup_init_lr: float = 1e-7,
 ) -> List[str]:
     """fairseq-train of an E{layers}D{layers} model of width ``dim`` (FFN 4 x dim, 4 heads); ``warmup_init_lr`` =
-    ``lr`` keeps inverse_sqrt's schedule but starts at the peak (no warmup)."""
+    ``lr`` keeps inverse_sqrt's schedule but starts at the peak (no warmup). It logs JSON records to
+    ``save_dir/train.log`` and curves for TensorBoard to ``save_dir/tensorboard``."""
     save_dir = Path(save_dir)
     return fairseq_command(
         "train",
@@ -48,7 +49,14 @@ def train_command(
         *("--validate-interval-updates", validate_every, "--save-interval-updates", validate_every),
         *("--keep-interval-updates", "1", "--no-epoch-checkpoints", "--seed", seed),
         *("--cpu", "--num-workers", "0", "--log-format", "json", "--log-interval", log_interval),
-        *("--save-dir", save_dir, "--log-file", save_dir / "train.log"),
+        *(
+            "--save-dir",
+            save_dir,
+            "--log-file",
+            save_dir / "train.log",
+            "--tensorboard-logdir",
+            save_dir / "tensorboard",
+        ),
     )
 
 

@@ -14,7 +14,7 @@ import shlex
 import statistics
 import sys
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from .bench.compiled import outcome as compiled_outcome
 from .errors import UserError, exit_on_user_error
@@ -105,8 +105,8 @@ def torchrun_outcome(text: str) -> str:
 
 def summarise_run(text: str) -> dict:
     """Losses, loss-scale history and tokens/s of one training log."""
-    records = [json_record(line) for line in text.splitlines() if "train_inner" in line]
-    records = [r for r in records if r is not None and "num_updates" in r and "loss" in r]
+    parsed = (json_record(line) for line in text.splitlines() if "train_inner" in line)
+    records = [r for r in parsed if r is not None and "num_updates" in r and "loss" in r]
     losses = [(int(r["num_updates"]), float(r["loss"])) for r in records]
     scales = [(int(r["num_updates"]), float(r["loss_scale"])) for r in records if "loss_scale" in r]
     wps = [float(r["wps"]) for r in records[1:] if "wps" in r]  # the first interval includes start-up
@@ -201,7 +201,10 @@ def run(args) -> dict:
     from .demo.prepare import prepare_demo_data
 
     prepare_demo_data(work / "demo")
-    record = {"command": "bash scripts/gpu_check.sh " + shlex.join(args.argv), "provenance": provenance()}
+    record: Dict[str, Any] = {
+        "command": "bash scripts/gpu_check.sh " + shlex.join(args.argv),
+        "provenance": provenance(),
+    }
     record.update(gpus=gpus, cuda=torch.version.cuda, updates=args.updates, precision={p: {} for p in args.precisions})
     for (precision, scheme), cmd in plan.items():
         log = out / "logs" / f"{precision}-{scheme}.log"

@@ -12,7 +12,7 @@ from contextlib import suppress
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
-from typing import Dict, Optional
+from typing import Any, Dict, Optional
 
 ROOT = Path(__file__).resolve().parents[1]
 #: the distributions a result's numbers depend on
@@ -51,8 +51,9 @@ def git_state(root: Path = ROOT) -> Dict[str, object]:
 def machine() -> Dict[str, object]:
     """Operating system, CPU model, CPU count and memory: what speed figures depend on."""
     processor, memory_gb = platform.processor() or platform.machine(), None
-    with suppress(OSError, AttributeError):  # not Linux, or no model name there
-        processor = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M).group(1)
+    with suppress(OSError):  # not Linux
+        found = re.search(r"^model name\s*:\s*(.+)$", Path("/proc/cpuinfo").read_text(), re.M)
+        processor = found.group(1) if found else processor
     with suppress(AttributeError, ValueError):  # no sysconf (Windows)
         memory_gb = round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1)
     return {
@@ -82,7 +83,7 @@ def describe_git(git: Dict[str, object]) -> str:
     return str(git["commit"])[:7] + (" with uncommitted changes" if git.get("dirty") else "")
 
 
-def describe(record: Dict[str, object]) -> str:
+def describe(record: Dict[str, Any]) -> str:
     """One line of Markdown for a report: versions, code, machine, date. ``record`` is a ``provenance()`` dict, or a
     results file written before there was one (the same keys at its top level, the machine as one line of text)."""
     versions_text = ", ".join(f"{name} {version}" for name, version in record["versions"].items() if version)

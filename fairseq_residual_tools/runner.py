@@ -45,7 +45,7 @@ def run_logged(
     *,
     env: Optional[Dict[str, str]] = None,
     label: Optional[str] = None,
-    on_line: Optional[Callable[[str], None]] = None,
+    on_line: Optional[Callable[[str], object]] = None,
 ) -> None:
     """Run ``cmd`` with stdout and stderr appended to ``log_path``; raise ``RunError`` if it fails. ``env`` is set on
     top of this process's environment; ``on_line`` sees every output line as it is logged (for progress on the
@@ -73,7 +73,7 @@ def run_logged(
         main_thread = threading.current_thread() is threading.main_thread()
         previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS} if main_thread else {}
         try:
-            for line in proc.stdout:
+            for line in proc.stdout or ():
                 log.write(line)
                 last_line = line.strip() or last_line
                 if on_line is not None:

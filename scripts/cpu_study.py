@@ -7,7 +7,10 @@ nice -n 5 .venv/bin/python scripts/cpu_study.py            # the full study (res
 
 import sys
 
-from fairseq_residual_tools.console import cpu_study
+import repo_venv
+
+repo_venv.use()
+from fairseq_residual_tools.console import cpu_study  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(cpu_study())

@@ -14,10 +14,13 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-import fairseq_residual
-from fairseq_residual_tools.bench.isolation import in_fresh_process
-from fairseq_residual_tools.bench.variants import SIZES, variants
-from fairseq_residual_tools.provenance import provenance
+import repo_venv
+
+repo_venv.use()
+import fairseq_residual  # noqa: E402
+from fairseq_residual_tools.bench.isolation import in_fresh_process  # noqa: E402
+from fairseq_residual_tools.bench.variants import SIZES, variants  # noqa: E402
+from fairseq_residual_tools.provenance import provenance  # noqa: E402
 
 SCHEMES = ("pre", "dlcl")
 MEASURES = ("peak_mb", "rss_rise_mb", "saved_mb")

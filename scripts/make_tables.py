@@ -6,7 +6,10 @@ python scripts/make_tables.py [--results results/cells] [--work checkpoints] [--
 
 import sys
 
-from fairseq_residual_tools.console import tables
+import repo_venv
+
+repo_venv.use()
+from fairseq_residual_tools.console import tables  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(tables())

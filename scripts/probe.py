@@ -7,7 +7,10 @@
 
 import sys
 
-from fairseq_residual_tools.console import probe
+import repo_venv
+
+repo_venv.use()
+from fairseq_residual_tools.console import probe  # noqa: E402
 
 if __name__ == "__main__":
     sys.exit(probe())

@@ -3,6 +3,7 @@
 import itertools
 import logging
 import statistics
+from typing import Any, Dict
 
 logging.getLogger("matplotlib").setLevel(logging.WARNING)  # before import: it logs while loading
 import matplotlib  # noqa: E402
@@ -70,7 +71,7 @@ SHAPES = {**probes.DIVERSITY_SHAPES, "(1/2)^((N-k)/2)": probes.post_ln_gradient_
 
 def _figure_legend(fig, axes):
     """One legend under all panels (labels deduplicated); the figure's constrained layout makes room for it."""
-    entries = {}
+    entries: Dict[str, Any] = {}
     for ax in axes.flat:
         for handle, label in zip(*ax.get_legend_handles_labels()):
             entries.setdefault(label, handle)
@@ -94,7 +95,7 @@ def plot_profiles(summary, metric, path):
             ax.plot(ks, mean, color=colors[scheme], label=scheme)
             ax.fill_between(ks, mean - std, mean + std, color=colors[scheme], alpha=0.2)
             for name, style in REFERENCES.get((scheme, metric), {}).items() if len(mean) >= 2 else []:
-                c = probes.fit_shape(mean, SHAPES[name])["c"]
+                c = probes.fit_shape(mean.tolist(), SHAPES[name])["c"]
                 fitted = [c * SHAPES[name](k, len(mean)) for k in ks]
                 ax.plot(ks, fitted, style, color=colors[scheme], lw=1, label=f"{scheme}: fitted {name}")
         if metric != "cosine":

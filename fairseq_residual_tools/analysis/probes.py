@@ -35,7 +35,7 @@ import sys
 import time
 from functools import partial
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -111,7 +111,7 @@ def probe(model, sample: Dict) -> Dict:
     """Gradient and diversity measurements of one model on one fairseq sample (see module docstring)."""
     net, pad = sample["net_input"], model.decoder.padding_idx
     stacks = {side: stack_layers(getattr(model, side)) for side in STACKS}
-    captured = {side: [None] * len(layers) for side, layers in stacks.items()}
+    captured: Dict[str, List[Any]] = {side: [None] * len(layers) for side, layers in stacks.items()}
     hooks = [h for side, layers in stacks.items() for h in _capture_sublayer_inputs(layers, captured[side])]
     model.zero_grad(set_to_none=True)
     logits, _ = model(**net)
@@ -120,7 +120,7 @@ def probe(model, sample: Dict) -> Dict:
     loss = F.cross_entropy(logits.flatten(0, 1).float(), sample["target"].flatten(), ignore_index=pad)
     loss.backward()
     keep = {"encoder": net["src_tokens"].ne(pad), "decoder": net["prev_output_tokens"].ne(pad)}
-    out = {"loss": loss.item()}
+    out: Dict[str, Any] = {"loss": loss.item()}
     for side, layers in stacks.items():
         inputs = [x.transpose(0, 1)[keep[side]] for x in captured[side]]  # T x B x C -> tokens x C
         out[side] = {**block_gradients(layers), **adjacent_diversity(inputs)}
@@ -176,10 +176,15 @@ def aggregate(runs: List[Dict]) -> Dict:
         summary.setdefault(run["scheme"], {}).setdefault(str(run["layers"]), []).append(run)
     for by_depth in summary.values():
         for depth, group in by_depth.items():
-            cell = {"seeds": [r["seed"] for r in group], "loss": statistics.fmean(r["loss"] for r in group)}
+            cell: Dict[str, Any] = {
+                "seeds": [r["seed"] for r in group],
+                "loss": statistics.fmean(r["loss"] for r in group),
+            }
             for side in STACKS:
                 per_seed = {metric: np.array([r[side][metric] for r in group]) for metric in group[0][side]}
-                stats = {m: {"mean": v.mean(0).tolist(), "std": v.std(0).tolist()} for m, v in per_seed.items()}
+                stats: Dict[str, Any] = {
+                    m: {"mean": v.mean(0).tolist(), "std": v.std(0).tolist()} for m, v in per_seed.items()
+                }
                 if len(stats["rel_diff"]["mean"]) >= 2:
                     stats["fits"] = fits({m: stats[m]["mean"] for m in ("rel_diff", "grad_norm")})
                 cell[side] = stats
@@ -295,7 +300,7 @@ The dashed lines in the plots are these fits.
 def parse_args(argv=None):
     from fairseq_residual.schemes import SCHEMES
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="fairseq-residual-probe", description=__doc__.splitlines()[0])
     p.add_argument("--schemes", nargs="+", default=list(SCHEMES), help="default: every registered scheme")
     p.add_argument("--depths", type=int, nargs="+", default=[6, 12, 18, 48], help="layers per stack")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3], help="initialisation seeds")

@@ -208,7 +208,7 @@ Regenerate (resumable; finished runs in `--work` are skipped):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="fairseq-residual-cpu-study", description=__doc__.splitlines()[0])
     p.add_argument("--work", default=str(ROOT / "work" / "cpu-study"), help="data and checkpoints")
     p.add_argument("--out", default=str(ROOT / "results" / "cpu-study"), help="report folder")
     p.add_argument("--schemes", nargs="+", default=["post", "pre", "residual"])
@@ -257,6 +257,7 @@ def run_all(specs: List[RunSpec], data, refs, args, started: float) -> List[Dict
     if missing:
         left_out = f"{len(missing)} run(s) stopped without a verdict and are left out (run again to retry)"
         print(f"{left_out}: {', '.join(missing)}", flush=True)
+    print(f"every run's curves: tensorboard --logdir {runs_dir}", flush=True)
     return [r for r in results if r is not None]
 
 

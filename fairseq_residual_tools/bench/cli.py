@@ -16,7 +16,9 @@ from .variants import SIZES, TINY
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        prog="fairseq-residual-bench", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     known = {**SIZES, TINY.name: TINY}
     p.add_argument("--sizes", default=",".join(SIZES), help=f"comma-separated, from: {', '.join(known)}")
     p.add_argument(

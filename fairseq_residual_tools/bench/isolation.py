@@ -16,7 +16,7 @@ import os
 import subprocess
 import sys
 from dataclasses import asdict
-from typing import Dict, Optional
+from typing import Callable, Dict, Optional
 
 MALLOC_SETTINGS = {
     "keep": {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(64 << 30)},
@@ -41,7 +41,9 @@ def in_fresh_process(function: str, threads: int, malloc: Optional[str] = None, 
     out = subprocess.run(command, stdout=subprocess.PIPE, text=True, env={**env, "PYTHONWARNINGS": "ignore"})
     if out.returncode != 0:
         what = kwargs.get("variant", kwargs.get("size"))
-        raise RuntimeError(f"{function} of {what.name} failed (exit status {out.returncode}); its output is above")
+        raise RuntimeError(
+            f"{function} of {getattr(what, 'name', what)} failed (exit status {out.returncode}); its output is above"
+        )
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -57,7 +59,8 @@ def _child(function: str, arguments: str) -> None:
     kwargs["size"] = Size(**kwargs["size"])  # measure_size and memory_probe both take one
     if "variant" in kwargs:
         kwargs["variant"] = Variant(**kwargs["variant"])
-    result = {"measure_size": measure_size, "memory_probe": memory_probe}[function](**kwargs)
+    functions: Dict[str, Callable[..., object]] = {"measure_size": measure_size, "memory_probe": memory_probe}
+    result = functions[function](**kwargs)
     print(json.dumps(result))
 
 

@@ -8,7 +8,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence
 
 from .isolation import in_fresh_process
 from .variants import REFERENCE, Size, build_variant, model_args, variants
@@ -20,7 +20,7 @@ _stderr = functools.partial(print, file=sys.stderr, flush=True)
 
 
 def interleaved(
-    jobs: Dict[str, Callable[[], object]], warmup: int, reps: int, wait: Callable[[], None]
+    jobs: Mapping[str, Callable[[], object]], warmup: int, reps: int, wait: Callable[[], None]
 ) -> Dict[str, Dict[str, List[float]]]:
     """``warmup`` untimed rounds, then ``reps`` timed rounds of one run of every job in order, each run ended
     by ``wait()`` (the device's synchronize); per job the TIMING_KEYS of each timed round.
@@ -31,7 +31,7 @@ def interleaved(
     time and page faults, not in the arithmetic (user time). The garbage collector runs between rounds,
     never inside one (a full collection costs about 0.2 s with fairseq's objects alive).
     """
-    times = {name: {key: [] for key in TIMING_KEYS} for name in jobs}
+    times: Dict[str, Dict[str, List[float]]] = {name: {key: [] for key in TIMING_KEYS} for name in jobs}
     try:
         for i in range(warmup + reps):
             gc.collect()
@@ -183,7 +183,7 @@ def run(
 
     from ..provenance import provenance
 
-    record = {
+    record: Dict[str, Any] = {
         "command": command,
         **provenance(),
         "threads": threads,
@@ -199,7 +199,7 @@ def run(
         "reference": REFERENCE,
         "sizes": [],
     }
-    settings = dict(
+    settings: Dict[str, Any] = dict(
         warmup=warmup, reps=reps, gen_reps=gen_reps, fresh_process_memory=fresh_process_memory, device=device
     )
     measure = functools.partial(measure_size, log=log, **settings)

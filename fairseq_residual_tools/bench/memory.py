@@ -68,7 +68,10 @@ def cuda_step_peak_bytes(step: Callable[[], object]) -> int:
 
 def _status_kb(key: str) -> int:
     with open("/proc/self/status") as f:
-        return int(re.search(rf"^{key}:\s+(\d+) kB", f.read(), re.M).group(1))
+        found = re.search(rf"^{key}:\s+(\d+) kB", f.read(), re.M)
+    if found is None:
+        raise RuntimeError(f"/proc/self/status has no {key} line")
+    return int(found.group(1))
 
 
 def release_free_memory() -> None:

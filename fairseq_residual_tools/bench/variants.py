@@ -95,6 +95,7 @@ def build_variant(variant: Variant, size: Size, task, device: str = "cpu"):
     import torch
     from fairseq.models import ARCH_MODEL_REGISTRY
 
+    options: Dict[str, object]
     if variant.scheme is None:
         before = variant.normalize_before
         arch, options = "transformer", dict(encoder_normalize_before=before, decoder_normalize_before=before)

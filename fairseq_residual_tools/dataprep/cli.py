@@ -15,9 +15,10 @@ from .formats import atomic_outputs
 
 
 def recipe_parser(name: str, doc: str) -> argparse.ArgumentParser:
-    """The parser of ``prepare-<name>.sh``; its description is the first paragraph of the recipe's ``doc``."""
+    """The parser of ``fairseq-residual-prepare-<name>`` (``data-prep/prepare-<name>.sh``); its description is
+    the first paragraph of the recipe's ``doc``."""
     return argparse.ArgumentParser(
-        prog=f"prepare-{name}.sh",
+        prog=f"fairseq-residual-prepare-{name}",
         description=doc.split("\n\n")[0],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )

@@ -62,8 +62,8 @@ def prepare(args) -> pipeline.Stages:
         stages.run(f"test.{l}", [tmp / f"test.{l}"], partial(test_set, l))
 
     codes = text / "code"
-    train_text = [tmp / f"train.{l}" for l in LANGS]
-    learn = partial(pipeline.learn_joint_bpe, train_text, codes, args.bpe_merges, workers=w)
+    train_files = [tmp / f"train.{l}" for l in LANGS]
+    learn = partial(pipeline.learn_joint_bpe, train_files, codes, args.bpe_merges, workers=w)
     stages.run("learn-bpe", [codes], learn, options={"bpe_merges": args.bpe_merges})
     for split in SPLITS:
         for l in LANGS:

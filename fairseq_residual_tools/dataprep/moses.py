@@ -13,7 +13,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from functools import lru_cache, partial
 from pathlib import Path
-from typing import Callable, List
+from typing import Callable, Iterable, List
 
 from ..errors import DataError
 from .formats import atomic_outputs, progress_bar, utf8_chunks, utf8_lines
@@ -74,6 +74,7 @@ def process_file(steps: TextSteps, inp: Path, out: Path, workers=1, quiet=False)
     chunks = utf8_chunks(inp, 2000)
     progress = progress_bar(Path(out).name, quiet=quiet)
     with progress, atomic_outputs([out]) as (tmp,), open(tmp, "w", encoding="utf-8") as g, ExitStack() as stack:
+        results: Iterable[List[str]]
         if workers > 1:
             ctx = multiprocessing.get_context("fork" if os.name == "posix" else "spawn")
             results = stack.enter_context(ctx.Pool(workers)).imap(process, chunks)

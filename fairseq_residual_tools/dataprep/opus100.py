@@ -122,7 +122,8 @@ def prepare(args) -> pipeline.Stages:
             for pair in pairs:
                 prefixes = {split: str(text / f"{split}.{pair}") for split in release_text(pair)}
                 dicts = ["--srcdict", str(dictionary), "--tgtdict", str(dictionary)]
-                pipeline.run_fairseq_preprocess(prefixes, *pair.split("-"), work, w, *dicts)
+                src, tgt = pair.split("-")
+                pipeline.run_fairseq_preprocess(prefixes, src, tgt, work, w, *dicts)
             for name, values in language_lists.items():
                 (work / f"{name}.txt").write_text(",".join(values) + "\n")
             (work / "preprocess.done").write_text(f"pairs: {' '.join(pairs)}\n")

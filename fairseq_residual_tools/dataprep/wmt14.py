@@ -94,8 +94,8 @@ def prepare(args) -> pipeline.Stages:
         tok = {"train": tmp / "train", "valid": tmp / "valid"}
         for l in LANGS:
             train, valid = tmp / f"train.{l}", tmp / f"valid.{l}"
-            split = partial(pipeline.split_every, tmp / f"train.tags.tok.{l}", 100, train, valid)
-            stages.run(f"split-valid.{l}", [train, valid], split)
+            split_valid = partial(pipeline.split_every, tmp / f"train.tags.tok.{l}", 100, train, valid)
+            stages.run(f"split-valid.{l}", [train, valid], split_valid)
     else:
         tok = {"train": tmp / "train.tags.tok", "valid": tmp / "newstest2013"}
     tok.update({split_of[n]: tmp / n for n in test_sets})

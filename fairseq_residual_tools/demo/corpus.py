@@ -39,7 +39,7 @@ class Lexicon:
 
 
 def _words(rng: random.Random, syllables: List[str], count: int) -> List[str]:
-    words = {}  # distinct words of 2-4 syllables, in the order drawn
+    words: Dict[str, None] = {}  # distinct words of 2-4 syllables, in the order drawn
     while len(words) < count:
         words["".join(rng.choice(syllables) for _ in range(rng.choice((2, 3, 4))))] = None
     return list(words)
@@ -105,10 +105,10 @@ def generate_corpus(seed: int = 1, train=6000, valid=300, test=300, **vocabulary
     (``nouns``, ``adjectives``, ``verbs``, ``adverbs``; see ``build_lexicon``): the fewer words, the more often a
     model sees each."""
     rng, lex = random.Random(seed), build_lexicon(seed, **vocabulary)
-    pairs = {}  # source -> target: distinct sources in the order drawn
-    while len(pairs) < train + valid + test:
-        pairs.setdefault(*_pair(rng, lex))
-    pairs = list(pairs.items())
+    drawn: Dict[str, str] = {}  # source -> target: distinct sources in the order drawn
+    while len(drawn) < train + valid + test:
+        drawn.setdefault(*_pair(rng, lex))
+    pairs = list(drawn.items())
     return {"train": pairs[:train], "valid": pairs[train : train + valid], "test": pairs[train + valid :]}
 
 

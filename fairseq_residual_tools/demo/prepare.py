@@ -25,7 +25,7 @@ def prepare_demo_data(work, seed=1, train=6000, valid=300, test=300, bpe_merges=
         for lang in (SRC, TGT):
             # the synthetic languages use Latin script and English punctuation
             out = tok / f"{split}.{lang}"
-            tokenize = partial(process_file, TextSteps(lang="en"), f"{prefix}.{lang}", out, quiet=True)
+            tokenize = partial(process_file, TextSteps(lang="en"), Path(f"{prefix}.{lang}"), out, quiet=True)
             stages.run(f"tokenize.{split}.{lang}", [out], tokenize, settings)
     learn = partial(pipeline.learn_joint_bpe, [tok / f"train.{SRC}", tok / f"train.{TGT}"], codes, bpe_merges)
     stages.run("learn-bpe", [codes], learn, settings)

@@ -61,7 +61,8 @@ def reading(rows: List[Dict]) -> str:
     """One sentence from the measured verdicts and BLEU scores, depth by depth."""
     parts = []
     for label, at in groupby(rows, key=row_depth):
-        trained, failed = [], []
+        trained: List[Dict] = []
+        failed: List[Dict] = []
         for r in at:
             (failed if r["fails"] else trained).append(r)
         if not trained:
@@ -95,7 +96,7 @@ def write_report(rows: List[Dict], meta: Dict, sources: List[str], references: L
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    panels = {label: [(r, name(r), {}) for r in at] for label, at in groupby(rows, key=row_depth)}
+    panels: Dict[str, list] = {label: [(r, name(r), {}) for r in at] for label, at in groupby(rows, key=row_depth)}
     suptitle, ylabel = "make demo: the embedded synthetic corpus on CPU", "training loss (label-smoothed CE, base 2)"
     plot_loss_curves(panels, "train_curve", out / "curves.png", suptitle, ylabel, columns=len(panels))
     write_json(out / "results.json", {**meta, "rows": rows})

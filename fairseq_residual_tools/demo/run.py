@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from functools import reduce
 from operator import getitem
 from pathlib import Path
-from typing import Dict, List
+from typing import Dict, Optional, Sequence, Tuple
 
 import yaml
 
@@ -36,7 +36,7 @@ DEFAULT_CONFIG = ROOT / "configs" / "demo.yaml"
 DEPTH_KEYS = {"layers", "dim", "lr", "warmup", "max_tokens", "max_update", "validate_every"}
 
 
-def load_settings(path=DEFAULT_CONFIG, overrides: List[str] = ()) -> Dict:
+def load_settings(path=DEFAULT_CONFIG, overrides: Sequence[str] = ()) -> Dict:
     """The YAML file as a dict, each ``a.b=value`` override applied (value parsed as YAML); a number picks a list
     item: ``depths.1.max_update=200`` is the second depth's budget."""
     settings = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
@@ -78,7 +78,8 @@ class TrainingProgress:
 
     def __init__(self, label: str, max_update: int):
         self.label, self.max_update, self.every = label, max_update, max(1, max_update // 10)
-        self.start, self.next_print = None, 0  # start: (time, update) of the first logged update
+        self.start: Optional[Tuple[float, int]] = None  # (time, update) of the first logged update
+        self.next_print = 0
 
     def __call__(self, line: str):
         record = json_record(line)
@@ -125,7 +126,7 @@ def train_and_score(scheme: str, depth: Dict, settings: Dict, data, references, 
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(prog="fairseq-residual-demo", description=__doc__.splitlines()[0])
     p.add_argument("--config", default=str(DEFAULT_CONFIG), help="the demo's settings (default: %(default)s)")
     p.add_argument(
         "--set",
@@ -174,6 +175,7 @@ def main(argv=None):
     )
     print(write_report(rows, meta, sources, references, args.out))
     print(f"\nwritten to {args.out} in {meta['wall_seconds']:.0f} s", flush=True)
+    print(f"every training's curves: tensorboard --logdir {work / 'runs'}", flush=True)
 
 
 if __name__ == "__main__":

@@ -130,7 +130,9 @@ class PaperTable:
     def cell_and_metric(self, row: TableRow, column: str) -> Tuple[Cell, str]:
         """The cell measured for (row, column) and the key of its score."""
         depth, metric = (row.depth, column) if row.depth else (column, self.metric)
-        m = re.fullmatch(r"E(\d+)D(\d+)", depth, flags=re.I)
+        m = re.fullmatch(r"E(\d+)D(\d+)", depth or "", flags=re.I)
+        if m is None or metric is None:
+            raise ValueError(f"{self.dataset} table: no depth or metric for row {row.method!r}, column {column!r}")
         return Cell(self.dataset, row.scheme, int(m[1]), int(m[2]), warmup=row.warmup), metric
 
     def cells(self) -> List[Cell]:

@@ -53,11 +53,21 @@ def build_parser():
 
     parser = argparse.ArgumentParser(prog="python -m fairseq_residual_tools.repro", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("train", parents=[cell, paths, launch], help="train one cell (resumes from checkpoint_last.pt)")
+    p = sub.add_parser(
+        "train",
+        prog="fairseq-residual-train",
+        parents=[cell, paths, launch],
+        help="train one cell (resumes from checkpoint_last.pt)",
+    )
     p.add_argument("overrides", nargs="*", help="after --: extra hydra overrides (the tables mark such runs)")
     p.set_defaults(run=cmd_train)
 
-    p = sub.add_parser("evaluate", parents=[cell, paths, average], help="average, decode and score a trained cell")
+    p = sub.add_parser(
+        "evaluate",
+        prog="fairseq-residual-evaluate",
+        parents=[cell, paths, average],
+        help="average, decode and score a trained cell",
+    )
     p.add_argument("--cpu", action="store_true", help="decode on CPU")
     p.add_argument("--dry-run", action="store_true", help="say what would be averaged, decoded and written")
     p.add_argument(
@@ -69,6 +79,7 @@ def build_parser():
 
     p = sub.add_parser(
         "reproduce",
+        prog="fairseq-residual-reproduce",
         parents=[paths, launch, average],
         help="train and evaluate every cell of a table, in order, then make the tables",
     )
@@ -78,10 +89,16 @@ def build_parser():
     p.add_argument("overrides", nargs="*", help="after --: extra hydra overrides for every cell")
     p.set_defaults(run=cmd_reproduce)
 
-    p = sub.add_parser("tables", help="write results/tables.md")
-    p.add_argument("--results", default=str(DEFAULT_RESULTS))
-    p.add_argument("--work", default=str(DEFAULT_WORK), help="checkpoint root, for the logs of cells not evaluated")
-    p.add_argument("--out", default=str(DEFAULT_OUT))
+    p = sub.add_parser("tables", prog="fairseq-residual-tables", help="write results/tables.md")
+    p.add_argument(
+        "--results", default=str(DEFAULT_RESULTS), help="per-cell JSON of evaluated cells (default results/cells/)"
+    )
+    p.add_argument(
+        "--work",
+        default=str(DEFAULT_WORK),
+        help="checkpoint root, for the logs of cells not evaluated (default checkpoints/)",
+    )
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="the Markdown tables to write (default results/tables.md)")
     p.set_defaults(run=cmd_tables)
     return parser
 

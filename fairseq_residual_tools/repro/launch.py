@@ -16,7 +16,7 @@ import time
 import warnings
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from fairseq.dataclass.initialize import add_defaults, hydra_init
 from hydra import compose as hydra_compose
@@ -123,7 +123,7 @@ def gpu_hours(cell: Cell, cfg, tokens: int) -> float:
     return round(seconds / 3600, 1)
 
 
-def compose(cell: Cell, overrides: List[str] = ()):
+def compose(cell: Cell, overrides: Sequence[str] = ()):
     """The cell's full fairseq configuration, composed as fairseq-hydra-train does."""
     hydra_init(cell.dataset)
     with warnings.catch_warnings():
@@ -228,6 +228,8 @@ def plan_launch(args, environ=os.environ, entry_module: str = ENTRY) -> LaunchPl
         *(multilingual_overrides(data, args.dry_run or bool(problem)) if dataset.name == "opus100" else []),
         *(f"common.user_dir={PLUGIN_DIR}", f"checkpoint.save_dir={cell_dir}", f"dataset.max_tokens={batch.max_tokens}"),
         *(f"optimization.update_freq=[{batch.update_freq}]", f"hydra.run.dir={cell_dir / 'hydra'}"),
+        # JSON records in train.log (training_log reads them), curves for TensorBoard in the cell's folder
+        *("common.log_format=json", f"common.tensorboard_logdir={cell_dir / 'tensorboard'}"),
         *(["common.cpu=true"] if args.cpu else []),
         *extra,
     ]
@@ -331,6 +333,7 @@ def train(args, entry_module: str = ENTRY) -> int:
     else:
         print("no checkpoint_last.pt yet: training from the start")
     print(plan.shell())
+    print(f"curves: tensorboard --logdir {cell_dir / 'tensorboard'}")
     if args.dry_run or done.is_file():
         return 0
     if plan.data_problem:

@@ -5,7 +5,7 @@
 import re
 from dataclasses import dataclass
 from statistics import mean
-from typing import Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from fairseq.data import Dictionary
 from fairseq.scoring.bleu import BleuConfig, Scorer
@@ -21,7 +21,7 @@ _BLEU = re.compile(r"^Generate \S+ with beam=\d+: (BLEU4? = ([0-9.]+).*)$", re.M
 class Generation:  # what fairseq-generate printed for one test set, in test-set order
     hypotheses: List[str]  # H- lines (post-processed: BPE removed)
     references: List[str]  # T- lines
-    fairseq_bleu: float = None  # the "Generate ... BLEU4 = x" figure, when printed
+    fairseq_bleu: Optional[float] = None  # the "Generate ... BLEU4 = x" figure, when printed
     fairseq_bleu_line: str = ""
     command: str = ""  # the fairseq-generate command line
 
@@ -90,7 +90,7 @@ def score_iwslt(gen: Generation, target_lang: str) -> dict:
 
 def score_wmt(generations: Dict[str, Generation], target_lang: str) -> dict:
     """Per test set (name -> generation) and the averages over them."""
-    per_set = {}
+    per_set: Dict[str, Dict[str, Any]] = {}
     for name, gen in generations.items():
         bleu, detail = tokenized_bleu(
             [compound_split(h) for h in gen.hypotheses], [compound_split(r) for r in gen.references]

@@ -66,7 +66,7 @@ def render(table: PaperTable, results_dir, work_dir) -> str:
                 shown = result.status
                 if result.failure:
                     failures[cell.name] = f"{result.status}: {result.failure}"
-            if value is not None and paper != FAILS:
+            if isinstance(value, (int, float)) and isinstance(paper, (int, float)):  # measured; not "fails"
                 diff = f"{value - paper:+.2f}"
             elif result.status == FAILS:
                 diff = "both fail" if paper == FAILS else "fails here only"

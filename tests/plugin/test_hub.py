@@ -1,9 +1,9 @@
 """Translating raw text with a trained model: the plugin's load_translator, fairseq's from_pretrained and
-the README's fairseq-interactive command, on a checkpoint trained on data-prep output.
+docs/translating.md's fairseq-interactive commands, on a checkpoint trained on data-prep output.
 
 The data is the embedded corpus named de/en and prepared by the custom recipe with IWSLT-14's steps
-(Moses tokenisation without dash splitting, lowercasing, joint BPE), so the README's IWSLT command runs
-on it unchanged.
+(Moses tokenisation without dash splitting, lowercasing, joint BPE), so the IWSLT command runs on it
+unchanged, and so does the command for one's own corpus (which reads the flags from summary.json).
 """
 
 import json
@@ -157,10 +157,10 @@ def test_fairseq_from_pretrained_needs_the_plugin_imported_or_user_dir(trained):
     assert proc.stdout.splitlines() == ["KeyError \"'_name'\"", "ResidualTransformerModel"]
 
 
-def readme_interactive_block():
-    """The README's fairseq-interactive example: the indented block that starts with ``OUT=``."""
-    lines = (ROOT / "README.md").read_text().splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("    OUT="))
+def readme_interactive_block(which=0):
+    """docs/translating.md's fairseq-interactive examples: the indented blocks that start with ``OUT=``."""
+    lines = (ROOT / "docs" / "translating.md").read_text().splitlines()
+    start = [i for i, line in enumerate(lines) if line.startswith("    OUT=")][which]
     block = []
     for line in lines[start:]:
         if not line.startswith("    "):
@@ -170,7 +170,7 @@ def readme_interactive_block():
 
 
 def test_readme_interactive_command_translates_raw_text_from_another_folder(trained, tmp_path):
-    """The README's command, run as written (from a folder outside the repository, the plugin found
+    """The IWSLT command, run as written (from a folder outside the repository, the plugin found
     through the installed package) with only OUT and CKPT set to this test's files."""
     out, checkpoint, raw_test = trained
     block = readme_interactive_block()
@@ -189,3 +189,23 @@ def test_readme_interactive_command_translates_raw_text_from_another_folder(trai
     assert not any("<unk>" in s for s in sources)
     translator = load_translator(checkpoint, data_prep_out=out)
     assert detok == translator.translate(raw_test, beam=5, max_len_b=8)
+
+
+def test_own_corpus_interactive_command_reads_the_flags_from_summary_json(trained, tmp_path):
+    """The command for one's own corpus, run as written with OUT and CKPT set; the corpus was prepared with
+    --lowercase (summary.json says so), so its input is lowercased first, as the docs say."""
+    out, checkpoint, raw_test = trained
+    block = readme_interactive_block(1)
+    assert block[0].startswith("OUT=") and "summary.json" in block[2] and block[3].endswith("< raw.src")
+    (tmp_path / "raw.src").write_text("\n".join(line.lower() for line in raw_test) + "\n")
+    env = dict(os.environ, OUT=str(out), CKPT=str(checkpoint), PYTHONWARNINGS="ignore")
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env["PATH"]
+    env.pop("PYTHONPATH", None)
+    script = "set -euo pipefail\n" + "\n".join(block[1:3]) + "\n" + block[3].replace(" < raw.src", "")
+    script += " --cpu --max-len-b 8 < raw.src\n"
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    sources = re.findall(r"^S-\d+\t(.*)$", proc.stdout, flags=re.M)
+    detok = re.findall(r"^D-\d+\t[^\t]*\t(.*)$", proc.stdout, flags=re.M)
+    assert len(sources) == len(detok) == 3 and not any("<unk>" in s for s in sources)
+    assert detok == load_translator(checkpoint, data_prep_out=out).translate(raw_test, beam=5, max_len_b=8)

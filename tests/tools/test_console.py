@@ -2,6 +2,7 @@
 without torch or fairseq, and a user error ends as one line."""
 
 import importlib
+import re
 import subprocess
 import sys
 from importlib.metadata import entry_points
@@ -40,6 +41,26 @@ def test_every_console_command_runs_the_main_of_an_existing_tool(monkeypatch):
     monkeypatch.undo()
     for module, _ in called:
         assert callable(importlib.import_module(module).main), module
+
+
+@pytest.mark.parametrize("name", sorted(SCRIPTS))
+def test_every_console_commands_help_names_the_command(name, monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", [f"/some/venv/bin/{name}", "--help"])
+    with pytest.raises(SystemExit) as stop:
+        getattr(console, SCRIPTS[name].split(":")[1])()
+    assert stop.value.code == 0
+    assert capsys.readouterr().out.startswith(f"usage: {name} [-h]")
+
+
+def test_tables_help_describes_every_option(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["fairseq-residual-tables", "--help"])
+    with pytest.raises(SystemExit):
+        console.tables()
+    options = " ".join(capsys.readouterr().out.split("options:")[1].split())
+    assert re.findall(r"(--\S+) [A-Z]+ ", options) == ["--results", "--work", "--out"]
+    assert "--results RESULTS per-cell JSON of evaluated cells (default results/cells/)" in options
+    assert "--work WORK checkpoint root, for the logs of cells not evaluated (default checkpoints/)" in options
+    assert "--out OUT the Markdown tables to write (default results/tables.md)" in options
 
 
 @pytest.mark.parametrize("recipe", ["iwslt14", "wmt14", "opus100", "custom"])

@@ -54,6 +54,22 @@ def test_simple_format_and_validation_lines():
     assert log.valid == [(50, 8.2)] and log.train == [(10, 9.1)]
 
 
+def test_json_records_and_a_text_log_of_the_same_run_read_alike():
+    """The harness logs JSON since cells log to TensorBoard; logs written before in the simple format still parse."""
+    json_log = (
+        '2026 | INFO | train_inner | {"epoch": 1, "update": 0.2, "loss": "9.1", "num_updates": "10"}\n'
+        '2026 | INFO | valid | {"epoch": 1, "valid_loss": "8.2", "valid_nll_loss": "8", "valid_num_updates": "50"}\n'
+        '2026 | INFO | train | {"epoch": 1, "train_loss": "8.7", "train_num_updates": "50"}\n'
+    )
+    text_log = (
+        "2026 | INFO | train_inner | epoch 001:     10 / 50 loss=9.1, ppl=1, num_updates=10\n"
+        "2026 | INFO | valid | epoch 001 | valid on 'valid' subset | loss 8.2 | nll_loss 8 | num_updates 50\n"
+        "2026 | INFO | train | epoch 001 | loss 8.7 | nll_loss 8.5 | num_updates 50 | lr 0.001\n"
+    )
+    assert parse_log(json_log) == parse_log(text_log)
+    assert parse_log(json_log).valid == [(50, 8.2)] and parse_log(json_log).train == [(10, 9.1)]
+
+
 # Training curves recorded by the CPU study (results/cpu-study/results.json, runs[].train_curve):
 # E12D12, width 64, lr 0.002 with 40 warmup updates, loss logged every 10 updates.
 # Post-LN reaches the unigram plateau (~9.0) by update 50 and stays there; ResiDual keeps learning.

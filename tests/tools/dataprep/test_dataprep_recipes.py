@@ -149,12 +149,12 @@ def test_iwslt_bpe_is_applied_and_reversible(iwslt):
 
 
 def test_iwslt_records_the_readme_interactive_flags(iwslt):
-    """summary.json's translation record is what the README's fairseq-interactive command for IWSLT-14 uses."""
+    """summary.json's translation record is what docs/translating.md's fairseq-interactive command for IWSLT-14 uses."""
     record = json.loads((iwslt.out / "summary.json").read_text())["translation"]
     assert record["lowercase"] is True and record["bpe_codes"] == "text/code"
     codes = str((iwslt.out / "text" / "code").resolve())
     flags = record["fairseq_interactive_flags"].replace(codes, '"$OUT/text/code"')
-    readme = " ".join((REPO / "README.md").read_text().replace("\\\n", " ").split())
+    readme = " ".join((REPO / "docs" / "translating.md").read_text().replace("\\\n", " ").split())
     assert flags in readme and "sys.stdout.write(sys.stdin.read().lower())" in readme
 
 

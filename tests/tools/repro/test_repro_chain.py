@@ -16,8 +16,10 @@ import sys
 
 import pytest
 from helpers import ROOT, SCRIPTS, TINY
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from fairseq_residual_tools.repro import cli, scoring
+from fairseq_residual_tools.training_log import parse_log
 
 pytestmark = pytest.mark.slow  # every test runs the harness's scripts, which start fairseq
 
@@ -151,6 +153,13 @@ def test_training_runs_the_cells_config_and_logs_to_the_cells_folder(chain):
         log = (cell_dir / "train.log").read_text()
         assert f"model.residual_scheme={cell.split('/')[1]}" in log.splitlines()[0]  # the launch line
         assert "done training" in log
+        # JSON records (fairseq's --log-format json), the same losses in TensorBoard's event files
+        curves = parse_log(log)
+        assert curves.valid and '"valid_loss"' in log and "valid on 'valid' subset" not in log
+        assert f"curves: tensorboard --logdir {cell_dir / 'tensorboard'}" in out
+        events = EventAccumulator(str(cell_dir / "tensorboard" / "valid"))
+        events.Reload()
+        assert [(e.step, round(e.value, 3)) for e in events.Scalars("loss")] == curves.valid
         (launch,) = json.loads((cell_dir / "launch.json").read_text())
         assert launch["returncode"] == 0 and launch["launcher"] == "single"
 

@@ -1,0 +1,130 @@
+"""Every change the plugin makes to fairseq (and torch, and Python's error hook) on import, in one table.
+
+``PATCHES`` lists them: what each one changes, why, the fairseq issue where there is one, and the attributes it
+replaces. ``apply_all`` (run by ``fairseq_residual/__init__.py``) applies them in order; each ``apply`` is
+idempotent. ``undo_all`` puts back what was there before (for tests, and for code that wants stock fairseq
+again in the same process). docs/patches.md renders the same table for readers. A new patch is one row here:
+the module holding its code, the function that applies it, and the attributes it replaces.
+"""
+
+import sys
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional, Tuple
+
+import torch
+from fairseq import checkpoint_utils, tasks
+from fairseq.data import data_utils
+from fairseq.tasks import translation
+from fairseq.trainer import Trainer
+
+from . import batching_fix, checkpoint_loading, checkpoint_reading, checkpoint_saving, data_folder, errors
+
+#: (object, attribute name): a module's function or a class's method that a patch replaces
+Target = Tuple[Any, str]
+
+
+@dataclass(frozen=True)
+class Patch:
+    name: str
+    what: str
+    why: str
+    issue: Optional[str]  # fairseq's issue, if one was found
+    apply: Callable[[], None]
+    targets: Tuple[Target, ...] = ()  # what ``apply`` replaces, restored by ``undo``
+    undo_extra: Optional[Callable[[], None]] = None  # for a change that is not an attribute (the safe-load list)
+
+
+def _disallow_fairseq_checkpoints() -> None:
+    """Take the globals of ``checkpoint_loading`` off torch's safe-load allowlist, leaving the others there."""
+    ours = set(map(id, checkpoint_loading.FAIRSEQ_CHECKPOINT_GLOBALS))
+    kept = [g for g in torch.serialization.get_safe_globals() if id(g) not in ours]
+    torch.serialization.clear_safe_globals()
+    torch.serialization.add_safe_globals(kept)
+
+
+PATCHES: List[Patch] = [
+    Patch(
+        "safe-load allowlist",
+        "adds argparse.Namespace and numpy arrays/dtypes to torch's safe-load allowlist (add_safe_globals)",
+        "torch >= 2.6 loads with weights_only=True, fairseq's loader does not pass it, and fairseq checkpoints hold "
+        "these few non-tensor objects: fairseq-generate and resuming fail without them",
+        "#5610, #5603",
+        checkpoint_loading.allow_fairseq_checkpoints,
+        undo_extra=_disallow_fairseq_checkpoints,
+    ),
+    Patch(
+        "keep the last batch",
+        "data_utils.batch_by_size returns the batch it drops when the size is not a multiple of "
+        "--required-batch-size-multiple",
+        "fairseq-generate silently translated fewer sentences than the test set has",
+        "#5036, #5351",
+        batching_fix.apply,
+        ((data_utils, "batch_by_size"),),
+    ),
+    Patch(
+        "complete checkpoint files",
+        "every checkpoint file is written or copied into <file>.tmp, fsync'ed and renamed; .tmp files of a killed "
+        "save are removed when training starts again",
+        "fairseq copies checkpoint_last.pt / checkpoint_best.pt in place: a kill during the copy left a truncated "
+        "file that every later start died loading (measured, results/kill-stress)",
+        None,
+        checkpoint_saving.apply,
+        (
+            (checkpoint_utils, "torch_persistent_save"),
+            (checkpoint_utils, "PathManager"),
+            (checkpoint_utils, "load_checkpoint"),
+        ),
+    ),
+    Patch(
+        "resume from a readable checkpoint",
+        "Trainer.load_checkpoint falls back to the newest readable checkpoint; loading a checkpoint of another "
+        "scheme or architecture, or an unreadable --path, stops with one line naming both",
+        "an unreadable checkpoint_last.pt stopped every later start; a wrong checkpoint failed with a long "
+        "state-dict traceback",
+        None,
+        checkpoint_reading.apply,
+        (
+            (Trainer, "load_checkpoint"),
+            (checkpoint_utils, "load_checkpoint_to_cpu"),
+            (checkpoint_utils, "load_model_ensemble_and_task"),
+        ),
+    ),
+    Patch(
+        "check the data folder",
+        "tasks.setup_task and translation.load_langpair_dataset check the data folder, language pair, split and "
+        "joined dictionary first",
+        "fairseq's own errors for these name neither the folder nor the fix",
+        None,
+        data_folder.apply,
+        ((tasks, "setup_task"), (translation, "load_langpair_dataset")),
+    ),
+    Patch(
+        "one-line errors",
+        "sys.excepthook prints the plugin's own errors as one line 'error: ...'; under fairseq-hydra-train it sets "
+        "HYDRA_FULL_ERROR=1 (if unset) so that the error reaches the hook",
+        "a user error should name the problem and the fix, not end a 60-line traceback",
+        None,
+        errors.install_excepthook,
+        ((sys, "excepthook"),),
+    ),
+]
+
+_ORIGINALS: Dict[Tuple[int, str], Any] = {}
+
+
+def apply_all() -> None:
+    for patch in PATCHES:
+        for owner, attribute in patch.targets:
+            _ORIGINALS.setdefault((id(owner), attribute), getattr(owner, attribute))
+        patch.apply()
+
+
+def undo_all() -> None:
+    """Restore what ``apply_all`` replaced, last patch first (HYDRA_FULL_ERROR, once set, stays)."""
+    for patch in reversed(PATCHES):
+        for owner, attribute in patch.targets:
+            original = _ORIGINALS.pop((id(owner), attribute), None)
+            if original is not None:
+                setattr(owner, attribute, original)
+        if patch.undo_extra is not None:
+            patch.undo_extra()

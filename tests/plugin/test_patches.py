@@ -1,0 +1,67 @@
+"""The table of what the plugin changes in fairseq on import (``fairseq_residual.patches``): applied from it,
+undone from it (stock fairseq behaviour returns), applied again, and documented row for row in docs/patches.md."""
+
+import argparse
+import sys
+
+import numpy as np
+import torch
+from fairseq.data import data_utils
+from helpers import ROOT
+
+from fairseq_residual import patches
+
+
+def replaced():
+    return {(id(owner), name): getattr(owner, name) for p in patches.PATCHES for owner, name in p.targets}
+
+
+def last_batch_kept():
+    """fairseq's batching of 10 one-token examples, 4 per batch in multiples of 4: the 2 left over kept?"""
+    batches = data_utils.batch_by_size(np.arange(10), lambda i: 1, max_sentences=4, required_batch_size_multiple=4)
+    return sum(len(b) for b in batches) == 10
+
+
+def test_importing_the_plugin_applies_every_row():
+    assert [p.name for p in patches.PATCHES] == [
+        "safe-load allowlist",
+        "keep the last batch",
+        "complete checkpoint files",
+        "resume from a readable checkpoint",
+        "check the data folder",
+        "one-line errors",
+    ]
+    assert all(
+        getattr(patched, "fairseq_residual", False) or hasattr(patched, "keeps_last_batch")
+        for patched in replaced().values()
+    )
+    assert last_batch_kept() and argparse.Namespace in torch.serialization.get_safe_globals()
+
+
+def test_undo_restores_stock_fairseq_and_apply_patches_it_again():
+    applied = replaced()
+    try:
+        patches.undo_all()
+        stock = replaced()
+        assert all(stock[key] is not applied[key] for key in applied)
+        assert not any(getattr(f, "fairseq_residual", False) for f in stock.values())
+        assert not last_batch_kept()  # fairseq's bug (#5036) is back
+        assert argparse.Namespace not in torch.serialization.get_safe_globals()
+        assert sys.excepthook is stock[(id(sys), "excepthook")]
+    finally:
+        patches.apply_all()
+    again = replaced()
+    assert all(getattr(again[key], "fairseq_residual", False) or key[1] == "batch_by_size" for key in again)
+    assert last_batch_kept() and argparse.Namespace in torch.serialization.get_safe_globals()
+    patches.apply_all()  # idempotent: nothing is wrapped twice
+    assert replaced() == again
+
+
+def test_docs_list_every_patch_with_its_issue():
+    doc = (ROOT / "docs" / "patches.md").read_text()
+    rows = [line for line in doc.splitlines() if line.startswith("| ")][1:]  # after the header
+    assert len(rows) == len(patches.PATCHES)
+    for row, patch in zip(rows, patches.PATCHES):
+        assert row.startswith(f"| {patch.name} |") and (patch.issue or "none found") in row
+        for owner, name in patch.targets:
+            assert f"`{owner.__name__.split('.')[-1]}.{name}`" in row, (patch.name, name)
