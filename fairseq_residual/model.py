@@ -23,7 +23,7 @@ from fairseq.models.transformer import (
     TransformerModelBase,
 )
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
-from torch import Tensor
+from torch import Tensor, nn
 
 from .config import ResidualTransformerConfig, to_transformer_config
 from .errors import ArchitectureMismatchError, CheckpointMismatchError, ConfigError
@@ -67,7 +67,9 @@ class ResidualTransformerEncoder(TransformerEncoderBase):
     def __init__(self, cfg, dictionary, embed_tokens, return_fc=False):
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
         self.scheme = get_scheme(cfg.residual_scheme)
-        self.layer_norm = self.scheme.build_stack_output(self.layer_norm, embed_tokens.embedding_dim, cfg)
+        self.layer_norm: Optional[nn.Module] = self.scheme.build_stack_output(
+            self.layer_norm, embed_tokens.embedding_dim, cfg
+        )
 
     def forward_scriptable(self, src_tokens, src_lengths=None, return_all_hiddens=False, token_embeddings=None):
         """fairseq's encoder forward, whose layer loop hands the scheme's carry from layer to layer
@@ -114,7 +116,9 @@ class ResidualTransformerDecoder(TransformerDecoderBase):
             output_projection=output_projection,
         )
         self.scheme = get_scheme(cfg.residual_scheme)
-        self.layer_norm = self.scheme.build_stack_output(self.layer_norm, embed_tokens.embedding_dim, cfg)
+        self.layer_norm: Optional[nn.Module] = self.scheme.build_stack_output(
+            self.layer_norm, embed_tokens.embedding_dim, cfg
+        )
 
     def extract_features_scriptable(
         self,

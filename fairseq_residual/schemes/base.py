@@ -25,7 +25,7 @@ Everything else (embeddings, attention, FFN, incremental decoding, beam search)
 is fairseq's code, shared by all schemes.
 """
 
-from typing import Any, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
 import torch
 from fairseq.modules.transformer_layer import (
@@ -111,7 +111,14 @@ class SublayerScheme(ResidualScheme):
         return x, rest
 
 
-class SchemeLayer:
+if TYPE_CHECKING:
+    # what the mixins extend: a fairseq layer (type checking sees its modules and attributes)
+    from fairseq.modules.transformer_layer import TransformerEncoderLayerBase as FairseqLayer
+else:
+    FairseqLayer = object
+
+
+class SchemeLayer(FairseqLayer):
     """Mixin for a scheme's layer classes: fairseq builds the layer, then ``setup_layer``
     adds what the scheme needs to it.
 
@@ -246,7 +253,7 @@ class SublayerDecoderLayer(TransformerDecoderLayerBase):
         return x, attn, None, stream
 
 
-def stack_layers(stack) -> List[nn.Module]:
+def stack_layers(stack) -> List[Any]:
     """A stack's layers in order, unwrapped from FSDP; by index, because fairseq's LayerDrop
     list skips layers at random when iterated in training mode (a fresh model is)."""
     return [unwrapped_layer(stack.layers[i]) for i in range(len(stack.layers))]

@@ -79,7 +79,7 @@ class HistoryLayer(SchemeLayer):
 
     def forward(self, *history: Tensor, **kwargs):
         # super(): the fairseq layer class this mixin precedes in the bases
-        y, rest = split_layer_output(super().forward(mix(history, self.history_weight), **kwargs))  # type: ignore[misc]
+        y, rest = split_layer_output(super().forward(mix(history, self.history_weight), **kwargs))
         return (y,) + rest + (self.history_norm(y),)
 
 
