@@ -6,10 +6,15 @@ allows fairseq's checkpoint contents through torch's safe loader, keeps the
 last batch that fairseq's batching drops (see ``batching_fix``), makes every
 checkpoint file complete after a kill and resuming skip an unreadable one
 (``checkpoint_saving``, ``checkpoint_reading``), checks the data folder
-(``data_folder``), and makes user errors print as one line.
+(``data_folder``), and makes user errors print as one line. It first silences the known
+third-party warnings and log lines (``quiet``; ``FAIRSEQ_RESIDUAL_VERBOSE=1`` shows them).
 """
 
-from . import (
+from . import quiet
+
+quiet.apply()  # before fairseq is imported below
+
+from . import (  # noqa: E402
     architectures,  # noqa: F401  (registers the presets)
     batching_fix,
     checkpoint_loading,

@@ -48,18 +48,35 @@ def atomic_outputs(paths: Sequence[Path]):
             _remove(t)
 
 
-def progress_bar(desc: str, total=None, unit="lines", quiet=False, start=0):
-    """A tqdm bar on stderr (``unit="B"``: bytes in KiB/MiB), redrawn at most every 30 s in a log file (CI), so
-    logs stay short. tqdm is imported here: its import costs about 0.1 s of CPU, which ``--help`` does not need."""
+class _StatusLines:
+    """tqdm's output as whole lines: a bar redraws its line with ``\r``, which a log file keeps as frames."""
+
+    def write(self, text: str):
+        text = text.strip("\r\n ")
+        if text:
+            sys.stderr.write(text + "\n")
+
+    def flush(self):
+        sys.stderr.flush()
+
+
+def progress_bar(desc: str, total=None, unit="lines", quiet=False, start=0, iterable=None):
+    """A tqdm bar on stderr (``unit="B"``: bytes in KiB/MiB), in place on a terminal; in a log file (CI) one line
+    every 30 s at most, so logs stay short. tqdm is imported here: its import costs about 0.1 s of CPU, which
+    ``--help`` does not need."""
     from tqdm import tqdm
 
+    terminal = sys.stderr.isatty()
     return tqdm(
+        iterable,
+        file=sys.stderr if terminal else _StatusLines(),
         desc=desc,
         total=total,
         unit=unit if unit == "B" else f" {unit}",
         initial=start,
         disable=quiet,
-        mininterval=0.5 if sys.stderr.isatty() else 30.0,
+        mininterval=0.5 if terminal else 30.0,
+        delay=0 if terminal else 30.0,
         unit_scale=unit == "B",
         unit_divisor=1024,
         dynamic_ncols=True,
