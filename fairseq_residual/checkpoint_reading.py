@@ -9,7 +9,10 @@ never runs again. Loading the plugin changes this:
   the newest readable checkpoint of the same folder, newest by the update count recorded inside
   (file times change when files are copied), with one warning line naming both files; when none
   can be read, or an explicit ``--restore-file`` cannot, the run stops with one ``error:`` line;
-* resuming a checkpoint of another architecture names both architectures;
+* resuming a checkpoint of another architecture names both architectures; resuming or generating
+  with other dimensions (``--encoder-ffn-embed-dim``, ``--model-overrides``, ...) names the options and
+  both values; a dictionary that changed since the checkpoint was trained (data prep re-run with other
+  options) says so, with both sizes;
 * ``fairseq-generate`` / ``fairseq-interactive`` (``load_model_ensemble_and_task`` and
   ``load_checkpoint_to_cpu``) on a missing or truncated ``--path`` stop with one line naming it.
 
@@ -26,14 +29,20 @@ import os
 import re
 import zipfile
 from pathlib import Path
-from typing import Optional
+from typing import List, Optional
 
 import torch
 from fairseq import checkpoint_utils
 from fairseq.file_io import PathManager
 from fairseq.trainer import Trainer
 
-from .errors import ArchitectureMismatchError, CheckpointFileError, CheckpointMismatchError
+from .errors import (
+    ArchitectureMismatchError,
+    CheckpointFileError,
+    CheckpointMismatchError,
+    DictionaryChangedError,
+    DimensionMismatchError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -125,6 +134,71 @@ def _trained_architecture(state) -> str:
     return _architecture(state.get("args") or {})
 
 
+#: the model options that decide the parameters' shapes (and the heads, which a reader would check next)
+SHAPE_OPTIONS = [
+    f"{side}_{option}"
+    for side in ("encoder", "decoder")
+    for option in ("layers", "embed_dim", "ffn_embed_dim", "attention_heads")
+] + ["decoder_input_dim", "decoder_output_dim"]
+
+_SIZE_MISMATCH = re.compile(
+    r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\(\[(\d+)(?:, \d+)*\]\) from checkpoint, "
+    r"the shape in current model is torch\.Size\(\[(\d+)(?:, \d+)*\]\)"
+)
+
+
+def _option(model_cfg, key):
+    get = model_cfg.get if hasattr(model_cfg, "get") else lambda k, default=None: getattr(model_cfg, k, default)
+    return get(key, None)
+
+
+def _trained_model_cfg(state):
+    if state.get("cfg") is not None and state["cfg"].get("model") is not None:
+        return state["cfg"]["model"]
+    return state.get("args") or {}
+
+
+def _shape_mismatch(error: Exception, filename: str, run_option, data: str):
+    """The one-line error for parameters of other shapes than the checkpoint's, or None.
+
+    ``run_option(key)`` is this run's value of a model option (None where it keeps the checkpoint's)."""
+    messages: List[BaseException] = []
+    cause: Optional[BaseException] = error
+    while cause is not None and cause not in messages:
+        messages.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    text = "\n".join(str(e) for e in messages)
+    if not any(s in text for s in ("size mismatch for", "Missing key(s)", "Unexpected key(s)")):
+        return None
+    trained_cfg = _trained_model_cfg(_load_lazily(filename))
+    differ = []
+    for key in SHAPE_OPTIONS:
+        trained, running = _option(trained_cfg, key), run_option(key)
+        if trained is not None and running is not None and trained != running:
+            differ.append((f"--{key.replace('_', '-')}", trained, running))
+    if differ:
+        trained_text = ", ".join(f"{option} {trained}" for option, trained, _ in differ)
+        running_text = ", ".join(f"{option} {running}" for option, _, running in differ)
+        return DimensionMismatchError(
+            f"{filename} was trained with {trained_text}, but this run uses {running_text}; "
+            "use the checkpoint's values, or train the new ones in another --save-dir"
+        )
+    rows = {m.group(1): (int(m.group(2)), int(m.group(3))) for m in _SIZE_MISMATCH.finditer(text)}
+    vocabulary = [rows[k] for k in rows if k.endswith(("embed_tokens.weight", "output_projection.weight"))]
+    if vocabulary and len(vocabulary) == len(rows):
+        then, now = vocabulary[0]
+        return DictionaryChangedError(
+            f"the dictionary of {data} changed since {filename} was trained: {then} words then, {now} words now; "
+            "use the data folder it was trained on (or re-run data preparation with the options it was trained "
+            "with), or train a new model in another --save-dir"
+        )
+    return None
+
+
+def _data_folder(task) -> str:
+    return str(getattr(getattr(task, "cfg", None), "data", None) or "the data folder")
+
+
 def _resuming_load_checkpoint(load_checkpoint):
     @functools.wraps(load_checkpoint)
     def load(self, filename, *args, **kwargs):
@@ -134,6 +208,9 @@ def _resuming_load_checkpoint(load_checkpoint):
             return load_checkpoint(self, filename, *args, **kwargs)
         except Exception as error:
             mismatch = _architecture_mismatch(error, filename, self.cfg.model)
+            if mismatch is None and damage(filename) is None:
+                run_option = functools.partial(_option, self.cfg.model)
+                mismatch = _shape_mismatch(error, filename, run_option, _data_folder(self.task))
             if mismatch is None:
                 raise
             raise mismatch from error
@@ -203,7 +280,17 @@ def _checking_load_model_ensemble_and_task(load_model_ensemble_and_task):
                     )
                     if not PathManager.path_requires_pathmanager(name) and not os.path.exists(name):
                         raise CheckpointFileError(f"checkpoint {name} does not exist; {_PATH_FIX}")
-        return load_model_ensemble_and_task(*args, **kwargs)
+        try:
+            return load_model_ensemble_and_task(*args, **kwargs)
+        except Exception as error:
+            local = [f for f in a["filenames"] if not PathManager.path_requires_pathmanager(f) and damage(f) is None]
+            overrides = a["arg_overrides"] or {}
+            mismatch = None
+            for filename in local:
+                mismatch = mismatch or _shape_mismatch(error, filename, overrides.get, _data_folder(a["task"]))
+            if mismatch is None:
+                raise
+            raise mismatch from error
 
     load.fairseq_residual = True
     return load

@@ -37,6 +37,14 @@ class ArchitectureMismatchError(CheckpointMismatchError):
     """A checkpoint of another architecture than residual_transformer, or the reverse."""
 
 
+class DimensionMismatchError(CheckpointMismatchError):
+    """A checkpoint of the same architecture with other dimensions (layers, widths, heads)."""
+
+
+class DictionaryChangedError(CheckpointMismatchError):
+    """A data folder whose dictionary is not the one the checkpoint was trained with."""
+
+
 class CheckpointFileError(UserError, RuntimeError):
     """A checkpoint file that is missing, empty or truncated."""
 

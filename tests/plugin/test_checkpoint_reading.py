@@ -111,3 +111,63 @@ def test_resuming_a_stock_transformer_checkpoint_names_both_architectures(demo_d
     line = one_error_line(run_cli(["fairseq_cli.train", *argv], cwd=tmp_path, check=False))
     assert f"{save_dir}/checkpoint_last.pt was trained with --arch transformer" in line
     assert "this run uses --arch residual_transformer" in line
+
+
+def with_option(argv, option, value):
+    argv = list(argv)
+    argv[argv.index(option) + 1] = str(value)
+    return argv
+
+
+def databin_with_more_words(databin, folder, extra=16):
+    """A copy of ``databin`` whose (joined) dictionary has ``extra`` more words: data prep re-run otherwise."""
+    shutil.copytree(databin, folder)
+    for name in ("dict.src.txt", "dict.tgt.txt"):
+        with open(folder / name, "a", encoding="utf-8") as f:
+            f.writelines(f"newword{i} 1\n" for i in range(extra))
+    return folder
+
+
+@pytest.mark.slow
+def test_resuming_with_other_dimensions_names_the_option_and_both_values(demo_databin, three_updates, tmp_path):
+    save_dir = tmp_path / "ckpt"
+    shutil.copytree(three_updates, save_dir)
+    argv = with_option(
+        train_command(demo_databin.databin, save_dir, "small", max_update=5), "--encoder-ffn-embed-dim", 96
+    )
+    line = one_error_line(run_cli(["fairseq_cli.train", *argv], cwd=tmp_path, check=False))
+    assert f"{save_dir}/checkpoint_last.pt was trained with --encoder-ffn-embed-dim 128" in line
+    assert "this run uses --encoder-ffn-embed-dim 96" in line
+
+
+@pytest.mark.slow
+def test_generating_with_other_dimensions_names_the_option_and_both_values(demo_databin, three_updates, tmp_path):
+    path = three_updates / "checkpoint_last.pt"
+    overrides = "{'decoder_ffn_embed_dim': 32}"
+    proc = run_cli(
+        ["fairseq_cli.generate", str(demo_databin.databin), "--user-dir", PLUGIN_DIR, "--path", str(path), "--cpu"]
+        + ["--model-overrides", overrides],
+        cwd=tmp_path,
+        check=False,
+    )
+    line = one_error_line(proc)
+    assert f"{path} was trained with --decoder-ffn-embed-dim 128" in line
+    assert "this run uses --decoder-ffn-embed-dim 32" in line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["generate", "resume"])
+def test_a_dictionary_changed_since_training_is_named(demo_databin, three_updates, tmp_path, command):
+    databin = databin_with_more_words(demo_databin.databin, tmp_path / "bin")
+    path = three_updates / "checkpoint_last.pt"
+    if command == "generate":
+        argv = ["fairseq_cli.generate", str(databin), "--user-dir", PLUGIN_DIR, "--path", str(path), "--cpu"]
+    else:
+        save_dir = tmp_path / "ckpt"
+        shutil.copytree(three_updates, save_dir)
+        path = save_dir / "checkpoint_last.pt"
+        argv = ["fairseq_cli.train", *train_command(databin, save_dir, "small", max_update=5)]
+    line = one_error_line(run_cli(argv, cwd=tmp_path, check=False))
+    words = len((demo_databin.databin / "dict.src.txt").read_text().splitlines())
+    assert f"the dictionary of {databin} changed since {path} was trained" in line
+    assert f"{words + 4 + 16} words now" in line and "re-run data preparation" in line
