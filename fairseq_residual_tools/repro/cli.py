@@ -87,6 +87,13 @@ def build_parser():
 
 
 def _default_gpus(args):
+    if args.gpus is not None and args.gpus < 1:
+        per_node = (
+            "CPU processes per node with --cpu" if args.cpu else "GPUs per node; leave --gpus out for all visible"
+        )
+        raise UserError(f"--gpus {args.gpus}: give at least 1 ({per_node})")
+    if args.nodes < 1:
+        raise UserError(f"--nodes {args.nodes}: give at least 1")
     if args.gpus is None:
         args.gpus = 1 if args.cpu else max(1, torch.cuda.device_count())
     if not args.cpu and not args.dry_run and not torch.cuda.is_available():

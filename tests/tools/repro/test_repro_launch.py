@@ -240,3 +240,12 @@ def _cmdline(pid: str) -> str:
             return f.read().decode(errors="replace")
     except OSError:
         return ""
+
+
+@pytest.mark.parametrize("counts", [["--gpus", "0"], ["--gpus", "-1", "--cpu"], ["--nodes", "0"]])
+def test_a_gpu_or_node_count_below_one_is_one_line_before_anything_starts(tmp_path, demo_databin, capsys, counts):
+    base = ["train", "--cell", "iwslt14/residual/e6d6", "--work", str(tmp_path), "--data", str(demo_databin.databin)]
+    line = one_line_error([*base, *counts], capsys)
+    option, value = counts[:2]
+    assert line.startswith(f"error: {option} {value}: ") and "at least 1" in line
+    assert not (tmp_path / "iwslt14").exists()  # nothing was launched, no cell folder marked failed
