@@ -34,6 +34,7 @@ from typing import Callable, Optional
 
 import torch
 
+from .files import write_text
 from .runner import PLUGIN_DIR
 
 #: (layers, width, FFN width, heads, max tokens): ``large`` is the issue's 2-layer width-256 model (45 MB
@@ -310,7 +311,7 @@ def main(argv=None) -> int:
     text = json.dumps({**asdict(report), "passed": report.passed}, indent=2)
     print(text)
     if args.out:
-        Path(args.out).write_text(text + "\n")
+        write_text(args.out, text + "\n")
     return 0 if report.passed else 1
 
 

@@ -1,18 +1,13 @@
-"""Reading and writing text: UTF-8 lines that name the file and line of a bad byte, outputs that
-appear only when complete (``atomic_outputs``), progress bars, and the release formats -- IWSLT's
-tagged training text and the ``<seg id="N">`` lines of IWSLT's XML and WMT's SGML test sets, read
+"""Reading text: UTF-8 lines that name the file and line of a bad byte, progress bars, and the release
+formats -- IWSLT's tagged training text and the ``<seg id="N">`` lines of IWSLT's XML and WMT's SGML test sets, read
 as fairseq's recipes' ``grep``/``sed`` do, so that the prepared text has the recipe's line counts.
 """
 
 import itertools
-import json
-import os
 import re
-import shutil
 import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, Iterator, List, Sequence
+from typing import Dict, Iterator, List
 
 from ..errors import DataError
 
@@ -22,30 +17,6 @@ _IWSLT_DROPPED = ("<url>", "<talkid>", "<keywords>")
 _IWSLT_STRIPPED = re.compile(r"</?(title|description)>")
 
 _SEG_TAGS = re.compile(r'<seg id="[0-9]*">\s*|\s*</seg>\s*')
-
-
-def _remove(path: Path):
-    if path.is_dir():
-        shutil.rmtree(path)
-    elif path.exists():
-        path.unlink()
-
-
-@contextmanager
-def atomic_outputs(paths: Sequence[Path]):
-    """Yield temporary paths; rename them onto ``paths`` (replacing a folder there) only if the block succeeds."""
-    tmp = [Path(f"{p}.tmp{os.getpid()}") for p in paths]
-    for t in tmp:
-        _remove(t)  # left by a killed run whose process id this one has again
-    try:
-        yield tmp
-        for t, p in zip(tmp, paths):
-            if Path(p).is_dir():
-                shutil.rmtree(p)
-            os.replace(t, p)
-    finally:
-        for t in tmp:
-            _remove(t)
 
 
 class _StatusLines:
@@ -129,12 +100,3 @@ def aligned_seg_lines(paths: Dict[str, Path]) -> Dict[str, List[str]]:
         files, counts = " and ".join(map(str, paths.values())), " and ".join(str(len(s)) for s in segs.values())
         raise DataError(f"{files} have {counts} segments; they must be aligned")
     return segs
-
-
-def write_lines(path: Path, lines: List[str]):
-    with atomic_outputs([Path(path)]) as (tmp,), open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(line + "\n" for line in lines)
-
-
-def write_json(path: Path, value, sort_keys=False):
-    write_lines(path, [json.dumps(value, indent=1, sort_keys=sort_keys)])

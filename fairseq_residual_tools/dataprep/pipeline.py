@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from ..errors import DataError
-from .formats import atomic_outputs, progress_bar, utf8_chunks, write_json
+from ..files import atomic_outputs, write_json
+from .formats import progress_bar, utf8_chunks
 from .moses import TextSteps
 
 logger = logging.getLogger(__name__)

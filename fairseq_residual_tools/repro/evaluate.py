@@ -16,6 +16,7 @@ import torch
 from fairseq_residual.checkpoint_saving import write_atomically
 
 from ..errors import DataError, UserError
+from ..files import write_json
 from ..provenance import provenance
 from ..runner import PLUGIN_DIR, fairseq_command, run_logged
 from . import scoring
@@ -175,8 +176,7 @@ def evaluate(args) -> dict:
 
 
 def _write(path: Path, record: dict) -> dict:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    write_json(path, record)
     headline = {k: v for k, v in record["scores"].items() if k in ("bleu", "sacrebleu", "EX", "XE", "ALL")}
     print(f"{record['cell']}: {record['status']} {headline or record.get('divergence', '')}")
     if record["status"] == "measured":

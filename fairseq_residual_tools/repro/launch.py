@@ -6,7 +6,6 @@ from ``checkpoint_last.pt`` there (docs/reproduce.md).
 """
 
 import functools
-import json
 import os
 import shlex
 import signal
@@ -25,6 +24,7 @@ from hydra import initialize_config_dir
 import fairseq_residual  # noqa: F401  (registers the model's options)
 
 from ..errors import ConfigError, DataError
+from ..files import write_json, write_text
 from ..runner import PLUGIN_DIR, RunError, run_logged
 from .cells import CONFIG_DIR, DATASETS, NOT_IMPLEMENTED, ROOT, Cell, Dataset, parse_cell
 from .status import FAILS, LAUNCH_MARK, TRAINED, launch_records, training_state
@@ -299,9 +299,7 @@ def dataset_config(dataset: str, extra: tuple = ()):
 
 def write_launch_records(cell_dir: Path, records: list):
     """``launch.json``, replaced in one step (a kill leaves the old file or the new one, never half of one)."""
-    tmp = cell_dir / f"launch.json.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(records, indent=1) + "\n")
-    os.replace(tmp, cell_dir / "launch.json")
+    write_json(cell_dir / "launch.json", records)
 
 
 def _now(seconds: Optional[float] = None) -> str:
@@ -354,7 +352,7 @@ def train(args, entry_module: str = ENTRY) -> int:
     write_launch_records(cell_dir, [*earlier, record])
     state = training_state(cell_dir)
     if state.name == TRAINED:
-        done.write_text(f"fairseq-hydra-train finished ({state.detail}) at {_now()}\n")
+        write_text(done, f"fairseq-hydra-train finished ({state.detail}) at {_now()}\n")
         return 0
     if state.name == FAILS:
         print(f'{plan.cell}: training diverged: {state.detail} -- the tables report it as "fails"')
