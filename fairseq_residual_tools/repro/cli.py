@@ -18,7 +18,7 @@ from .cells import NOT_IMPLEMENTED, paper_cells, parse_cell
 from .evaluate import evaluate
 from .launch import dataset_config, gpu_hours, train
 from .status import FAILS, TRAINED, training_state
-from .tables import DEFAULT_OUT, DEFAULT_RESULTS, DEFAULT_WORK, make_tables, measured, result_path
+from .tables import DEFAULT_OUT, DEFAULT_RESULTS, DEFAULT_WORK, MEASURED, make_tables, measured, result_path
 
 
 def build_parser():
@@ -117,7 +117,9 @@ def cmd_reproduce(args) -> int:
     if args.list:
         print(f"{'cell':34} {'status':24} estimated GPU-hours (A100-class, docs/reproduce.md)")
         for cell in cells:
-            status = measured(cell, args.results, args.work).status
+            result = measured(cell, args.results, args.work)
+            # the state's name in docs/reproduce.md; † as in the tables: not the paper's setting
+            status = ("evaluated" + (" †" if result.deviations else "")) if result.status == MEASURED else result.status
             hours = ""
             if cell.implemented:
                 cfg = dataset_config(cell.dataset)
