@@ -50,8 +50,9 @@ SAVED = "Saved checkpoint"
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})", re.M)  # the logging.Formatter's asctime
 
 
-def train_command(databin, save_dir, size, max_update, seed=1):
-    layers, width, ffn, heads, max_tokens = SIZES[size]
+def train_command(databin, save_dir, size, max_update, seed=1, max_tokens=None):
+    layers, width, ffn, heads, size_max_tokens = SIZES[size]
+    max_tokens = max_tokens or size_max_tokens
     model = []
     for side in ("encoder", "decoder"):
         model += [f"--{side}-layers", layers, f"--{side}-embed-dim", width]

@@ -1,5 +1,6 @@
 """Resuming past an unreadable checkpoint_last.pt; one line for a missing or truncated checkpoint."""
 
+import functools
 import os
 import re
 import shutil
@@ -171,3 +172,18 @@ def test_a_dictionary_changed_since_training_is_named(demo_databin, three_update
     words = len((demo_databin.databin / "dict.src.txt").read_text().splitlines())
     assert f"the dictionary of {databin} changed since {path} was trained" in line
     assert f"{words + 4 + 16} words now" in line and "re-run data preparation" in line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", [26, 27, 35])  # epoch 1's last update, epoch 2's first, inside epoch 2
+def test_resuming_after_the_first_epoch_ends_bit_identical_to_the_uninterrupted_run(demo_databin, tmp_path, stop):
+    """--max-tokens 1024: 26 updates per epoch. fairseq alone built the resumed run's batches with other sentences."""
+    command = functools.partial(train_command, demo_databin.databin, max_tokens=1024, size="small")
+    train(command(save_dir=tmp_path / "straight", max_update=stop + 3), tmp_path / "straight.log")
+    train(command(save_dir=tmp_path / "resumed", max_update=stop), tmp_path / "resumed.log")
+    log = train(command(save_dir=tmp_path / "resumed", max_update=stop + 3), tmp_path / "resumed.log")
+    assert f"(epoch {1 + stop // 26} @ {stop} updates)" in log  # resumed where the first start stopped
+    straight, resumed = (torch.load(tmp_path / d / "checkpoint_last.pt") for d in ("straight", "resumed"))
+    assert resumed["optimizer_history"][-1]["num_updates"] == straight["optimizer_history"][-1]["num_updates"]
+    torch.testing.assert_close(resumed["model"], straight["model"], rtol=0, atol=0)
+    torch.testing.assert_close(resumed["last_optimizer_state"], straight["last_optimizer_state"], rtol=0, atol=0)
