@@ -9,6 +9,9 @@ never runs again. Loading the plugin changes this:
   the newest readable checkpoint of the same folder, newest by the update count recorded inside
   (file times change when files are copied), with one warning line naming both files; when none
   can be read, or an explicit ``--restore-file`` cannot, the run stops with one ``error:`` line;
+* under FSDP with ``--use-sharded-state`` (each rank resumes from its own ``checkpoint_last-shardN.pt``)
+  the fallback is decided once for all ranks (``agreed_resume_path``): the newest checkpoint every
+  rank can read, so that no rank resumes at another update than the others;
 * resuming a checkpoint of another architecture names both architectures; resuming or generating
   with other dimensions (``--encoder-ffn-embed-dim``, ``--model-overrides``, ...) names the options and
   both values; a dictionary that changed since the checkpoint was trained (data prep re-run with other
@@ -31,7 +34,7 @@ import os
 import re
 import zipfile
 from pathlib import Path
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 import torch
 from fairseq import checkpoint_utils
@@ -125,6 +128,68 @@ def resume_path(path: str) -> str:
     return newest
 
 
+def _readable_updates(path: str) -> Optional[int]:
+    try:
+        return recorded_updates(_load_lazily(path))
+    except _Unreadable:
+        return None
+
+
+def resume_choices(path: str) -> Dict[str, int]:
+    """The checkpoints that resuming from ``checkpoint_last<suffix>.pt`` could use, readable here: their names
+    without the suffix (one rank's ``-shardN``) -> the update count they record."""
+    folder, name = os.path.split(os.path.abspath(path))
+    suffix = re.fullmatch(r"checkpoint_last(.*)\.pt", name).group(1)  # type: ignore[union-attr]
+    siblings = _same_run_checkpoints(folder, suffix) if os.path.isdir(folder) else []
+    choices = {}
+    for candidate in [path, *siblings]:
+        updates = _readable_updates(candidate)
+        if updates is not None:
+            choices[os.path.basename(candidate)[: -len(suffix) - 3] + ".pt"] = updates
+    return choices
+
+
+def agreed_resume_path(path: str) -> str:
+    """``resume_path`` decided once for every rank, when each rank resumes from its own shard of the state.
+
+    Each rank can read other files (a kill truncates one rank's ``checkpoint_last-shard1.pt`` only):
+    deciding per rank would resume rank 0 at its last update and rank 1 at an older one. Here every rank
+    resumes from ``checkpoint_last`` if every rank can read it at one update count, else from the newest
+    checkpoint that every rank can read at one update count; with none, every rank stops with one line.
+    A collective: every rank of the default process group calls it."""
+    import torch.distributed as dist
+
+    folder, name = os.path.split(os.path.abspath(path))
+    suffix = re.fullmatch(r"checkpoint_last(.*)\.pt", name).group(1)  # type: ignore[union-attr]
+    everyone: List[Dict[str, int]] = [{} for _ in range(dist.get_world_size())]
+    dist.all_gather_object(everyone, resume_choices(path))
+    if not any(everyone):
+        return path  # no rank has a checkpoint: every rank starts training from the beginning
+    common = {n: u for n, u in everyone[0].items() if all(choices.get(n) == u for choices in everyone)}
+    if "checkpoint_last.pt" in common:
+        return path
+    if not common:
+        raise CheckpointFileError(
+            f"cannot resume in {folder}: no checkpoint there can be read by every rank at one update count "
+            f"(each rank's readable ones: {everyone}); to start training over, move {folder} away"
+        )
+    newest = max(common, key=lambda n: (common[n], n))
+    chosen = os.path.join(folder, newest[:-3] + suffix + ".pt")
+    logger.warning(
+        f"{path} cannot be resumed on every rank at one update count; every rank resumes from its "
+        f"{newest[:-3]}<shard>.pt ({common[newest]} updates), the newest that all ranks can read"
+    )
+    return chosen
+
+
+def _sharded_across_ranks(trainer) -> bool:
+    """Whether each rank resumes from its own file (fairseq's ``-shardN`` suffix under FSDP)."""
+    import torch.distributed as dist
+
+    sharded = getattr(trainer, "is_fsdp", False) and trainer.cfg.distributed_training.use_sharded_state
+    return bool(sharded) and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
 def _architecture(model_cfg) -> str:
     """The ``--arch`` recorded in a model config (a dict, DictConfig or legacy Namespace)."""
     get = model_cfg.get if hasattr(model_cfg, "get") else lambda key, default=None: getattr(model_cfg, key, default)
@@ -205,7 +270,11 @@ def _data_folder(task) -> str:
 def _resuming_load_checkpoint(load_checkpoint):
     @functools.wraps(load_checkpoint)
     def load(self, filename, *args, **kwargs):
-        if os.path.lexists(filename) and not PathManager.path_requires_pathmanager(filename):
+        local = not PathManager.path_requires_pathmanager(filename)
+        last = re.fullmatch(r"checkpoint_last.*\.pt", os.path.basename(filename))
+        if local and last and _sharded_across_ranks(self):
+            filename = agreed_resume_path(filename)  # on every rank, whether or not its file exists
+        elif os.path.lexists(filename) and local:
             filename = resume_path(filename)
         try:
             return load_checkpoint(self, filename, *args, **kwargs)

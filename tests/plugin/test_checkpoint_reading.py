@@ -4,11 +4,13 @@ import functools
 import os
 import re
 import shutil
+from types import SimpleNamespace
 
 import pytest
 import torch
 from helpers import PLUGIN_DIR, run_cli
 
+from fairseq_residual import checkpoint_reading
 from fairseq_residual.checkpoint_reading import resume_path
 from fairseq_residual.errors import CheckpointFileError
 from fairseq_residual_tools.kill_stress import start_training, train_command, wait_or_kill
@@ -187,3 +189,40 @@ def test_resuming_after_the_first_epoch_ends_bit_identical_to_the_uninterrupted_
     assert resumed["optimizer_history"][-1]["num_updates"] == straight["optimizer_history"][-1]["num_updates"]
     torch.testing.assert_close(resumed["model"], straight["model"], rtol=0, atol=0)
     torch.testing.assert_close(resumed["last_optimizer_state"], straight["last_optimizer_state"], rtol=0, atol=0)
+
+
+class ShardedTrainer:
+    """What the resume wrapper reads of fairseq's Trainer under FSDP with --use-sharded-state."""
+
+    is_fsdp = True
+    cfg = SimpleNamespace(distributed_training=SimpleNamespace(use_sharded_state=True))
+
+
+def resume_on_two_ranks(rank, init_file, folder):
+    """Rank 1's checkpoint_last and its 400-update shard are truncated; rank 0's files are whole."""
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    try:
+        for name, updates in (("checkpoint_1_200", 200), ("checkpoint_2_400", 400), ("checkpoint_last", 400)):
+            path = folder / f"{name}-shard{rank}.pt"
+            torch.save(
+                {"model": {"w": torch.full((2,), float(rank))}, "optimizer_history": [{"num_updates": updates}]}, path
+            )
+            if rank == 1 and updates == 400:
+                truncate(path)
+        last = str(folder / f"checkpoint_last-shard{rank}.pt")
+        each_alone = resume_path(last)
+        resume = checkpoint_reading._resuming_load_checkpoint(lambda trainer, filename: filename)
+        (folder / f"rank{rank}.txt").write_text(
+            f"{os.path.basename(each_alone)} {os.path.basename(resume(ShardedTrainer(), last))}"
+        )
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_under_sharded_state_every_rank_resumes_from_the_newest_checkpoint_all_can_read(tmp_path):
+    torch.multiprocessing.spawn(resume_on_two_ranks, args=(tmp_path / "gloo-init", tmp_path), nprocs=2)
+    alone0, agreed0 = (tmp_path / "rank0.txt").read_text().split()
+    alone1, agreed1 = (tmp_path / "rank1.txt").read_text().split()
+    # each rank deciding alone: rank 0 would resume at 400 updates, rank 1 at 200
+    assert (alone0, alone1) == ("checkpoint_last-shard0.pt", "checkpoint_1_200-shard1.pt")
+    assert (agreed0, agreed1) == ("checkpoint_1_200-shard0.pt", "checkpoint_1_200-shard1.pt")
