@@ -7,6 +7,7 @@ on it unchanged.
 """
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -154,3 +155,11 @@ def test_readme_interactive_command_translates_raw_text_from_another_folder(trai
     assert not any("<unk>" in s for s in sources)
     translator = load_translator(checkpoint, data_prep_out=out)
     assert detok == translator.translate(raw_test, beam=5, max_len_b=8)
+
+
+def test_load_translator_logs_no_configuration_dump(trained, caplog):
+    out, checkpoint, _ = trained
+    with caplog.at_level(logging.INFO):
+        load_translator(checkpoint, data_prep_out=out)
+    assert caplog.records, "fairseq's own log lines stay"
+    assert [r.name for r in caplog.records if not isinstance(r.msg, str)] == []  # the 10 KB config, logged as a dict
