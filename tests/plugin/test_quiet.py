@@ -122,11 +122,17 @@ def test_data_preparation_and_the_harness_print_no_third_party_line(demo_databin
         "prepare-custom": run(prepare, tmp_path),
         "reproduce --list": run(["bash", str(ROOT / "scripts/reproduce.sh"), "--list"], tmp_path),
         "make_tables": run([sys.executable, str(ROOT / "scripts/make_tables.py"), "--out", "t.md"], tmp_path),
+        # the README's USER_DIR one-liner: the plugin imports fairseq after its filters
+        "USER_DIR": run(
+            [sys.executable, "-c", "import fairseq_residual, os; print(os.path.dirname(fairseq_residual.__file__))"],
+            tmp_path,
+        ),
     }
     for name, proc in steps.items():
         assert proc.returncode == 0, (name, proc.stderr[-3000:])
         assert proc.stderr == "", name  # not even the lines printed while fairseq is imported
     assert (tmp_path / "out/bin/dict.src.txt").exists() and "iwslt14/residual/e6d6" in steps["reproduce --list"].stdout
+    assert steps["USER_DIR"].stdout.strip() == PLUGIN_DIR
 
 
 def test_a_failing_harness_command_prints_only_its_error_line(tmp_path):
