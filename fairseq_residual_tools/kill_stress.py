@@ -272,8 +272,9 @@ def run_stress(databin, work, kills=20, size="small", max_update=None, seed=1, e
             report.kills += 1
             if target is None:
                 other_kills += 1
-            else:
+            else:  # once: a kill inside a slow save keeps the update before, and would be repeated forever
                 report.kills_next_to_epoch_ends.append(target)
+                targets.remove(target)
             report.kills_inside_a_save += int(log.rfind(SAVING) > log.rfind(SAVED))
             report.kills_at_random_moments += int(at_random)
             report.corrupt_files += [f"after kill {report.kills}: {bad}" for bad in unreadable_checkpoints(killed)]
