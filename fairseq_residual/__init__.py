@@ -1,14 +1,19 @@
 """fairseq_residual: ResiDual (Xie et al. 2023) and its baselines as a fairseq plugin.
 
 Use it as ``--user-dir fairseq_residual`` (or ``common.user_dir`` with hydra);
-importing the package registers the ``residual_transformer`` model and presets
-and applies the changes to fairseq listed in ``patches.PATCHES``: fairseq's
-checkpoint contents through torch's safe loader, the last batch that fairseq's
-batching drops, checkpoint files complete after a kill, resuming that skips an
-unreadable one, data-folder checks and one-line user errors (docs/patches.md).
+importing the package first silences the known third-party warnings and log lines
+(``quiet``; ``FAIRSEQ_RESIDUAL_VERBOSE=1`` shows them), then registers the
+``residual_transformer`` model and presets and applies the changes to fairseq listed in
+``patches.PATCHES``: fairseq's checkpoint contents through torch's safe loader, the last
+batch that fairseq's batching drops, checkpoint files complete after a kill, resuming that
+skips an unreadable one, data-folder checks and one-line user errors (docs/patches.md).
 """
 
-from . import (
+from . import quiet
+
+quiet.apply()  # before fairseq is imported below
+
+from . import (  # noqa: E402
     architectures,  # noqa: F401  (registers the presets)
     model,  # noqa: F401  (registers the model)
     patches,

@@ -9,9 +9,17 @@ never runs again. Loading the plugin changes this:
   the newest readable checkpoint of the same folder, newest by the update count recorded inside
   (file times change when files are copied), with one warning line naming both files; when none
   can be read, or an explicit ``--restore-file`` cannot, the run stops with one ``error:`` line;
-* resuming a checkpoint of another architecture names both architectures;
+* under FSDP with ``--use-sharded-state`` (each rank resumes from its own ``checkpoint_last-shardN.pt``)
+  the fallback is decided once for all ranks (``agreed_resume_path``): the newest checkpoint every
+  rank can read, so that no rank resumes at another update than the others;
+* resuming a checkpoint of another architecture names both architectures; resuming or generating
+  with other dimensions (``--encoder-ffn-embed-dim``, ``--model-overrides``, ...) names the options and
+  both values; a dictionary that changed since the checkpoint was trained (data prep re-run with other
+  options) says so, with both sizes;
 * ``fairseq-generate`` / ``fairseq-interactive`` (``load_model_ensemble_and_task`` and
-  ``load_checkpoint_to_cpu``) on a missing or truncated ``--path`` stop with one line naming it.
+  ``load_checkpoint_to_cpu``) on a missing or truncated ``--path`` stop with one line naming it;
+* resuming after the first epoch continues with the batches the uninterrupted run uses
+  (``same_batches_every_epoch``), so that a resumed run ends bit-identical to an uninterrupted one.
 
 "Unreadable" is decided from the file, not from torch's message: a checkpoint is a zip archive
 whose directory sits at its end, so a truncated file is one that ``zipfile`` cannot open and torch
@@ -26,14 +34,21 @@ import os
 import re
 import zipfile
 from pathlib import Path
-from typing import Optional
+from typing import Dict, List, Optional
 
 import torch
 from fairseq import checkpoint_utils
 from fairseq.file_io import PathManager
+from fairseq.tasks import FairseqTask
 from fairseq.trainer import Trainer
 
-from .errors import ArchitectureMismatchError, CheckpointFileError, CheckpointMismatchError
+from .errors import (
+    ArchitectureMismatchError,
+    CheckpointFileError,
+    CheckpointMismatchError,
+    DictionaryChangedError,
+    DimensionMismatchError,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -113,6 +128,68 @@ def resume_path(path: str) -> str:
     return newest
 
 
+def _readable_updates(path: str) -> Optional[int]:
+    try:
+        return recorded_updates(_load_lazily(path))
+    except _Unreadable:
+        return None
+
+
+def resume_choices(path: str) -> Dict[str, int]:
+    """The checkpoints that resuming from ``checkpoint_last<suffix>.pt`` could use, readable here: their names
+    without the suffix (one rank's ``-shardN``) -> the update count they record."""
+    folder, name = os.path.split(os.path.abspath(path))
+    suffix = re.fullmatch(r"checkpoint_last(.*)\.pt", name).group(1)  # type: ignore[union-attr]
+    siblings = _same_run_checkpoints(folder, suffix) if os.path.isdir(folder) else []
+    choices = {}
+    for candidate in [path, *siblings]:
+        updates = _readable_updates(candidate)
+        if updates is not None:
+            choices[os.path.basename(candidate)[: -len(suffix) - 3] + ".pt"] = updates
+    return choices
+
+
+def agreed_resume_path(path: str) -> str:
+    """``resume_path`` decided once for every rank, when each rank resumes from its own shard of the state.
+
+    Each rank can read other files (a kill truncates one rank's ``checkpoint_last-shard1.pt`` only):
+    deciding per rank would resume rank 0 at its last update and rank 1 at an older one. Here every rank
+    resumes from ``checkpoint_last`` if every rank can read it at one update count, else from the newest
+    checkpoint that every rank can read at one update count; with none, every rank stops with one line.
+    A collective: every rank of the default process group calls it."""
+    import torch.distributed as dist
+
+    folder, name = os.path.split(os.path.abspath(path))
+    suffix = re.fullmatch(r"checkpoint_last(.*)\.pt", name).group(1)  # type: ignore[union-attr]
+    everyone: List[Dict[str, int]] = [{} for _ in range(dist.get_world_size())]
+    dist.all_gather_object(everyone, resume_choices(path))
+    if not any(everyone):
+        return path  # no rank has a checkpoint: every rank starts training from the beginning
+    common = {n: u for n, u in everyone[0].items() if all(choices.get(n) == u for choices in everyone)}
+    if "checkpoint_last.pt" in common:
+        return path
+    if not common:
+        raise CheckpointFileError(
+            f"cannot resume in {folder}: no checkpoint there can be read by every rank at one update count "
+            f"(each rank's readable ones: {everyone}); to start training over, move {folder} away"
+        )
+    newest = max(common, key=lambda n: (common[n], n))
+    chosen = os.path.join(folder, newest[:-3] + suffix + ".pt")
+    logger.warning(
+        f"{path} cannot be resumed on every rank at one update count; every rank resumes from its "
+        f"{newest[:-3]}<shard>.pt ({common[newest]} updates), the newest that all ranks can read"
+    )
+    return chosen
+
+
+def _sharded_across_ranks(trainer) -> bool:
+    """Whether each rank resumes from its own file (fairseq's ``-shardN`` suffix under FSDP)."""
+    import torch.distributed as dist
+
+    sharded = getattr(trainer, "is_fsdp", False) and trainer.cfg.distributed_training.use_sharded_state
+    return bool(sharded) and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
 def _architecture(model_cfg) -> str:
     """The ``--arch`` recorded in a model config (a dict, DictConfig or legacy Namespace)."""
     get = model_cfg.get if hasattr(model_cfg, "get") else lambda key, default=None: getattr(model_cfg, key, default)
@@ -125,15 +202,87 @@ def _trained_architecture(state) -> str:
     return _architecture(state.get("args") or {})
 
 
+#: the model options that decide the parameters' shapes (and the heads, which a reader would check next)
+SHAPE_OPTIONS = [
+    f"{side}_{option}"
+    for side in ("encoder", "decoder")
+    for option in ("layers", "embed_dim", "ffn_embed_dim", "attention_heads")
+] + ["decoder_input_dim", "decoder_output_dim"]
+
+_SIZE_MISMATCH = re.compile(
+    r"size mismatch for ([\w.]+): copying a param with shape torch\.Size\(\[(\d+)(?:, \d+)*\]\) from checkpoint, "
+    r"the shape in current model is torch\.Size\(\[(\d+)(?:, \d+)*\]\)"
+)
+
+
+def _option(model_cfg, key):
+    get = model_cfg.get if hasattr(model_cfg, "get") else lambda k, default=None: getattr(model_cfg, k, default)
+    return get(key, None)
+
+
+def _trained_model_cfg(state):
+    if state.get("cfg") is not None and state["cfg"].get("model") is not None:
+        return state["cfg"]["model"]
+    return state.get("args") or {}
+
+
+def _shape_mismatch(error: Exception, filename: str, run_option, data: str):
+    """The one-line error for parameters of other shapes than the checkpoint's, or None.
+
+    ``run_option(key)`` is this run's value of a model option (None where it keeps the checkpoint's)."""
+    messages: List[BaseException] = []
+    cause: Optional[BaseException] = error
+    while cause is not None and cause not in messages:
+        messages.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    text = "\n".join(str(e) for e in messages)
+    if not any(s in text for s in ("size mismatch for", "Missing key(s)", "Unexpected key(s)")):
+        return None
+    trained_cfg = _trained_model_cfg(_load_lazily(filename))
+    differ = []
+    for key in SHAPE_OPTIONS:
+        trained, running = _option(trained_cfg, key), run_option(key)
+        if trained is not None and running is not None and trained != running:
+            differ.append((f"--{key.replace('_', '-')}", trained, running))
+    if differ:
+        trained_text = ", ".join(f"{option} {trained}" for option, trained, _ in differ)
+        running_text = ", ".join(f"{option} {running}" for option, _, running in differ)
+        return DimensionMismatchError(
+            f"{filename} was trained with {trained_text}, but this run uses {running_text}; "
+            "use the checkpoint's values, or train the new ones in another --save-dir"
+        )
+    rows = {m.group(1): (int(m.group(2)), int(m.group(3))) for m in _SIZE_MISMATCH.finditer(text)}
+    vocabulary = [rows[k] for k in rows if k.endswith(("embed_tokens.weight", "output_projection.weight"))]
+    if vocabulary and len(vocabulary) == len(rows):
+        then, now = vocabulary[0]
+        return DictionaryChangedError(
+            f"the dictionary of {data} changed since {filename} was trained: {then} words then, {now} words now; "
+            "use the data folder it was trained on (or re-run data preparation with the options it was trained "
+            "with), or train a new model in another --save-dir"
+        )
+    return None
+
+
+def _data_folder(task) -> str:
+    return str(getattr(getattr(task, "cfg", None), "data", None) or "the data folder")
+
+
 def _resuming_load_checkpoint(load_checkpoint):
     @functools.wraps(load_checkpoint)
     def load(self, filename, *args, **kwargs):
-        if os.path.lexists(filename) and not PathManager.path_requires_pathmanager(filename):
+        local = not PathManager.path_requires_pathmanager(filename)
+        last = re.fullmatch(r"checkpoint_last.*\.pt", os.path.basename(filename))
+        if local and last and _sharded_across_ranks(self):
+            filename = agreed_resume_path(filename)  # on every rank, whether or not its file exists
+        elif os.path.lexists(filename) and local:
             filename = resume_path(filename)
         try:
             return load_checkpoint(self, filename, *args, **kwargs)
         except Exception as error:
             mismatch = _architecture_mismatch(error, filename, self.cfg.model)
+            if mismatch is None and damage(filename) is None:
+                run_option = functools.partial(_option, self.cfg.model)
+                mismatch = _shape_mismatch(error, filename, run_option, _data_folder(self.task))
             if mismatch is None:
                 raise
             raise mismatch from error
@@ -203,13 +352,67 @@ def _checking_load_model_ensemble_and_task(load_model_ensemble_and_task):
                     )
                     if not PathManager.path_requires_pathmanager(name) and not os.path.exists(name):
                         raise CheckpointFileError(f"checkpoint {name} does not exist; {_PATH_FIX}")
-        return load_model_ensemble_and_task(*args, **kwargs)
+        try:
+            return load_model_ensemble_and_task(*args, **kwargs)
+        except Exception as error:
+            local = [f for f in a["filenames"] if not PathManager.path_requires_pathmanager(f) and damage(f) is None]
+            overrides = a["arg_overrides"] or {}
+            mismatch = None
+            for filename in local:
+                mismatch = mismatch or _shape_mismatch(error, filename, overrides.get, _data_folder(a["task"]))
+            if mismatch is None:
+                raise
+            raise mismatch from error
 
     load.fairseq_residual = True  # type: ignore[attr-defined]  # the mark that it is applied
     return load
 
 
+def same_batches_every_epoch(get_batch_iterator):
+    """Build a reusable training iterator's batches as the uninterrupted run does, whatever the epoch.
+
+    fairseq's ``FairseqTask.get_batch_iterator`` makes the batches (``make_batches``) once per dataset
+    and reuses them in every later epoch, only shuffling their order with the seed + epoch. Which
+    sentences go together depends on the epoch the iterator is made in: ``ordered_indices`` breaks
+    ties between sentences of equal length with a permutation drawn under ``numpy_seed(seed + epoch)``.
+    An uninterrupted run makes it in epoch 1; a run resumed in epoch N loads the dataset again and
+    makes it in epoch N, so from then on its batches hold other sentences (of the same lengths: same
+    batch sizes, other losses). Measured before this change: resuming at update 27, the first update of
+    epoch 2 (26 per epoch), or at update 35, ended 2 updates later with parameters 0.0009 and 0.0016 away
+    from the uninterrupted run's; resuming inside epoch 1 was exact. Here a reusable iterator's batches
+    are always made with epoch 1's seed; the iterator still starts at the epoch asked for. Batches that
+    fairseq rebuilds every epoch anyway (``rebuild_batches``, sharded data, the cache disabled) are
+    left as they are: both runs make them in the same epoch.
+    """
+    signature = inspect.signature(get_batch_iterator)
+
+    @functools.wraps(get_batch_iterator)
+    def get(self, *args, **kwargs):
+        bound = signature.bind(self, *args, **kwargs)
+        bound.apply_defaults()
+        a = bound.arguments
+        reusable = (
+            not a["disable_iterator_cache"]
+            and not a["update_epoch_batch_itr"]
+            and self.can_reuse_epoch_itr(a["dataset"])
+            and not getattr(self.cfg, "rebuild_batches", False)
+        )
+        epoch = a["epoch"]
+        if epoch <= 1 or not reusable or a["dataset"] in self.dataset_to_epoch_iter:
+            return get_batch_iterator(*bound.args, **bound.kwargs)
+        a["epoch"] = 1
+        epoch_iterator = get_batch_iterator(*bound.args, **bound.kwargs)
+        epoch_iterator.epoch = epoch
+        a["dataset"].set_epoch(epoch)
+        return epoch_iterator
+
+    get.fairseq_residual = True  # type: ignore[attr-defined]
+    return get
+
+
 def apply() -> None:
+    if not getattr(FairseqTask.get_batch_iterator, "fairseq_residual", False):
+        FairseqTask.get_batch_iterator = same_batches_every_epoch(FairseqTask.get_batch_iterator)
     if not getattr(Trainer.load_checkpoint, "fairseq_residual", False):
         Trainer.load_checkpoint = _resuming_load_checkpoint(Trainer.load_checkpoint)
     if not getattr(checkpoint_utils.load_checkpoint_to_cpu, "fairseq_residual", False):

@@ -7,7 +7,8 @@ plain copy onto the final name. A kill during that copy leaves a truncated ``che
 checkpoint file that training writes (numbered, epoch, last, best, ``checkpoint.best_*``) appear
 only complete: written or copied into ``<file>.tmp`` in the same folder, fsync'ed,
 then renamed over the final name with ``os.replace`` (atomic on POSIX), and the folder fsync'ed
-so that the rename itself survives a crash of the node. Each checkpoint path therefore holds
+so that the rename itself survives a crash of the node; a failing ``torch.save`` is tried three
+times, as fairseq does. Each checkpoint path therefore holds
 either its previous complete version or the new one. ``.tmp`` files left by a kill are removed
 when training starts again, with one log line.
 
@@ -31,6 +32,9 @@ logger = logging.getLogger(__name__)
 
 #: what fairseq itself appends to a checkpoint being written, so that its leftovers are found too
 TMP_SUFFIX = ".tmp"
+
+#: tries of a checkpoint save, as fairseq's ``_torch_persistent_save``
+SAVE_ATTEMPTS = 3
 
 
 def write_atomically(path: str, write: Callable[[str], Any]) -> None:
@@ -65,7 +69,13 @@ def _atomic_torch_persistent_save(torch_persistent_save):
     def save(obj, filename: str, async_write: bool = False):
         if async_write or not _is_local(filename):
             return torch_persistent_save(obj, filename, async_write=async_write)
-        write_atomically(filename, lambda tmp: torch.save(obj, tmp))
+        for attempt in range(SAVE_ATTEMPTS):  # fairseq's own save retries a failing torch.save this often
+            try:
+                return write_atomically(filename, lambda tmp: torch.save(obj, tmp))
+            except Exception:
+                if attempt == SAVE_ATTEMPTS - 1:
+                    raise
+                logger.exception(f"saving {filename} failed (attempt {attempt + 1} of {SAVE_ATTEMPTS}); retrying")
 
     save.fairseq_residual = True  # type: ignore[attr-defined]  # the mark that it is applied
     return save

@@ -9,6 +9,11 @@ exception, above all any raised by the user's own code, goes to Python's
 default hook unchanged. Set ``FAIRSEQ_RESIDUAL_TRACEBACK=1`` to see full
 tracebacks anyway.
 
+Two more become one line: fairseq's own errors for a command-line mistake it
+words without the fix (``FAIRSEQ_MISTAKES``, matched by type and message, raised
+in fairseq's code), and Ctrl-C during ``fairseq-train``, which says at which
+update training stopped and which checkpoint the same command resumes from.
+
 ``fairseq-hydra-train`` runs inside Hydra, which catches every exception and
 prints its own shortened traceback unless ``HYDRA_FULL_ERROR`` is set. In that
 program (and only there), importing the plugin sets ``HYDRA_FULL_ERROR=1`` if it
@@ -37,12 +42,30 @@ class ArchitectureMismatchError(CheckpointMismatchError):
     """A checkpoint of another architecture than residual_transformer, or the reverse."""
 
 
+class DimensionMismatchError(CheckpointMismatchError):
+    """A checkpoint of the same architecture with other dimensions (layers, widths, heads)."""
+
+
+class DictionaryChangedError(CheckpointMismatchError):
+    """A data folder whose dictionary is not the one the checkpoint was trained with."""
+
+
 class CheckpointFileError(UserError, RuntimeError):
     """A checkpoint file that is missing, empty or truncated."""
 
 
 class DataError(UserError, FileNotFoundError):
     """Missing or malformed input data."""
+
+
+#: (type, start of the message) of an error fairseq's code raises for a command-line mistake -> the report
+FAIRSEQ_MISTAKES = [
+    (
+        AssertionError,
+        "Must specify batch size either with --max-tokens or --batch-size",
+        "no batch size: give --max-tokens N (tokens per batch, e.g. 4096) or --batch-size N (sentences per batch)",
+    ),
+]
 
 
 def one_line_message(exc: BaseException):
@@ -55,8 +78,33 @@ def one_line_message(exc: BaseException):
             return str(cause)
         if not _raised_in_fairseq(cause):
             return None
+        for kind, message_start, report in FAIRSEQ_MISTAKES:
+            if isinstance(cause, kind) and str(cause).startswith(message_start):
+                return report
         cause = cause.__cause__ or cause.__context__
     return None
+
+
+def where_training_stopped(tb) -> Optional[str]:
+    """For a Ctrl-C inside ``fairseq-train`` (``tb``: its traceback), the update it stopped at and the
+    checkpoint that the same command resumes from; None outside a training."""
+    while tb is not None:
+        names = tb.tb_frame.f_locals
+        trainer, epoch_itr, cfg = names.get("trainer"), names.get("epoch_itr"), names.get("cfg")
+        if hasattr(trainer, "get_num_updates") and hasattr(epoch_itr, "epoch") and cfg is not None:
+            from .checkpoint_reading import _load_lazily, _Unreadable, recorded_updates
+
+            last = os.path.join(cfg.checkpoint.save_dir, f"checkpoint_last{cfg.checkpoint.checkpoint_suffix}.pt")
+            where = f"stopped by Ctrl-C at update {trainer.get_num_updates()} (epoch {epoch_itr.epoch})"
+            try:
+                return f"{where}; {last} holds update {recorded_updates(_load_lazily(last))}: {_RESUMES}"
+            except _Unreadable:
+                return f"{where}; no checkpoint saved yet in {cfg.checkpoint.save_dir}: the same command starts over"
+        tb = tb.tb_next
+    return None
+
+
+_RESUMES = "the same command resumes from there"
 
 
 def _raised_in_fairseq(exc: BaseException) -> bool:
@@ -81,7 +129,12 @@ def _fairseq_folders():
 
 def _one_line_excepthook(previous):
     def hook(exc_type, exc, tb):
-        message = None if os.environ.get("FAIRSEQ_RESIDUAL_TRACEBACK") else one_line_message(exc)
+        if os.environ.get("FAIRSEQ_RESIDUAL_TRACEBACK"):
+            return previous(exc_type, exc, tb)
+        if issubclass(exc_type, KeyboardInterrupt):
+            stopped = where_training_stopped(tb)
+            return previous(exc_type, exc, tb) if stopped is None else sys.stderr.write(f"{stopped}\n")
+        message = one_line_message(exc)
         if message is None:
             previous(exc_type, exc, tb)
         else:

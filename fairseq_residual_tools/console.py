@@ -1,18 +1,21 @@
 """The console commands of ``[project.scripts]`` in pyproject.toml (``fairseq-residual-*``).
 
 Each imports its tool only when run (``--help`` of data preparation loads neither torch nor fairseq)
-and reports a ``UserError`` as one line ``error: ...`` with exit status 1.
+and reports a ``UserError`` as one line ``error: ...`` with exit status 1. The known third-party warnings
+and log lines are silenced first (``fairseq_residual/quiet.py``).
 """
 
 import sys
 from functools import partial
 from importlib import import_module
 
+from . import quiet_third_party
 from .errors import exit_on_user_error
 
 
 def _run(module: str, *subcommand: str) -> int:
     """``fairseq_residual_tools.<module>.main`` on ``subcommand`` + the command line."""
+    quiet_third_party()
     main = import_module(f"fairseq_residual_tools.{module}").main
     return exit_on_user_error(main, [*subcommand, *sys.argv[1:]])
 

@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from .bench.compiled import outcome as compiled_outcome
 from .errors import UserError, exit_on_user_error
+from .files import write_json, write_text
 from .markdown import table
 from .provenance import describe, provenance
 from .runner import PLUGIN_DIR, fairseq_command, run_logged
@@ -221,8 +222,8 @@ def run(args) -> dict:
         error = failure(cmd, out / "logs" / f"{key}.log", key)
         outcome = f"failed: {error}" if error else "finished; " + outcomes[key]()
         record[key] = {"command": shlex.join(cmd), "outcome": outcome}
-    (out / "gpu_check.json").write_text(json.dumps(record, indent=1) + "\n")
-    (out / "report.md").write_text(report_markdown(record))
+    write_json(out / "gpu_check.json", record)
+    write_text(out / "report.md", report_markdown(record))
     return record
 
 

@@ -4,8 +4,10 @@ Each start of one ``fairseq-train`` command (a save after every update) is kille
 or 2nd "Saving checkpoint to" log line or at a random moment (starting, loading, training, validating; at
 the latest when its 2nd save begins). After each kill every ``checkpoint*.pt`` must load in full and the
 next start must resume from the update count in ``checkpoint_last.pt`` (and remove the killed save's
-``.tmp`` files). The last start runs to ``--max-update``; its parameters, optimizer state and update
-count must be bit-identical to those of one uninterrupted run.
+``.tmp`` files). With ``--epoch-ends N``, starts are also killed inside the saves of the updates at and next
+to the first N epoch ends of the uninterrupted run (its last update of each epoch, the one before and the
+first of the next epoch). The last start runs to ``--max-update``; its parameters, optimizer state and
+update count must be bit-identical to those of one uninterrupted run.
 
 To make many kills affordable, each start is a fork of this process with fairseq and the plugin
 already imported (``fairseq_cli.train.cli_main`` with the command's arguments, one torch thread),
@@ -34,23 +36,25 @@ from typing import Callable, Optional
 
 import torch
 
+from .files import write_text
 from .runner import PLUGIN_DIR
 
 #: (layers, width, FFN width, heads, max tokens): ``large`` is the issue's 2-layer width-256 model (45 MB
 #: checkpoints with Adam's state on the demo corpus, 26 updates per epoch), ``small`` the make-test one (~3 MB,
-#: 57 updates per epoch, so that its 50 updates stay inside the first epoch: fairseq's resume from a checkpoint
-#: taken at the first update of an epoch is not exact, see results/kill-stress/README.md)
+#: 57 updates per epoch; its test passes ``max_tokens=1024``, 26 per epoch, to cross several epoch ends)
 SIZES = {"small": (2, 64, 128, 2, 512), "large": (2, 256, 1024, 4, 1024)}
 
 #: the share of kills at a random moment, and the latest kill after a save began (s)
 ANYTIME_SHARE, MAX_DELAY = 0.25, 0.08
 SAVING = "Saving checkpoint to"
 SAVED = "Saved checkpoint"
+_EPOCH_END = re.compile(r"\| train \| epoch (\d+) \|.*?\| num_updates (\d+) \|")  # an epoch's summary line
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})", re.M)  # the logging.Formatter's asctime
 
 
-def train_command(databin, save_dir, size, max_update, seed=1):
-    layers, width, ffn, heads, max_tokens = SIZES[size]
+def train_command(databin, save_dir, size, max_update, seed=1, max_tokens=None):
+    layers, width, ffn, heads, size_max_tokens = SIZES[size]
+    max_tokens = max_tokens or size_max_tokens
     model = []
     for side in ("encoder", "decoder"):
         model += [f"--{side}-layers", layers, f"--{side}-embed-dim", width]
@@ -103,17 +107,22 @@ def start_training(argv, log_path, in_child: Optional[Callable[[], None]] = None
         os._exit(code)
 
 
-def wait_or_kill(pid, log_path, offset, saves_before_kill=None, delay=0.0, kill_at=math.inf):
-    """Watch one start; SIGKILL it ``delay`` s after its n-th save began or at ``kill_at`` (monotonic),
-    whichever comes first.
+def wait_or_kill(pid, log_path, offset, saves_before_kill=None, delay=0.0, kill_at=math.inf, after_update=None):
+    """Watch one start; SIGKILL it ``delay`` s after its n-th save began (counted from the log line of update
+    ``after_update``, if given: n=1 is that update's save) or at ``kill_at`` (monotonic), whichever comes first.
 
     Returns (killed, exit status, this start's log text).
     """
+    mark = None if after_update is None else re.compile(rf"num_updates={after_update}\b")
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return False, os.waitstatus_to_exitcode(status), _read(log_path, offset)
-        if saves_before_kill is not None and _read(log_path, offset).count(SAVING) >= saves_before_kill:
+        text = _read(log_path, offset) if saves_before_kill is not None else ""
+        if mark is not None:
+            found = mark.search(text)
+            text = text[found.end() :] if found else ""
+        if saves_before_kill is not None and text.count(SAVING) >= saves_before_kill:
             kill_at = min(kill_at, time.monotonic() + delay)
             saves_before_kill = None
         if time.monotonic() >= kill_at:
@@ -155,6 +164,8 @@ def last_updates(save_dir) -> Optional[int]:
 class StressReport:
     kills: int = 0
     kills_inside_a_save: int = 0
+    epoch_ends: list = field(default_factory=list)  # the uninterrupted run's last update of each epoch checked
+    kills_next_to_epoch_ends: list = field(default_factory=list)  # the updates whose save was killed
     kills_at_random_moments: int = 0
     starts: int = 0
     resumes_checked: int = 0
@@ -200,8 +211,9 @@ def _check_resume(report, log, expected_updates, temporary_files):
             report.temporary_files_not_removed.append(f"start {report.starts}: {temporary_files} found")
 
 
-def run_stress(databin, work, kills=20, size="small", max_update=None, seed=1):
-    """Kill ``kills`` starts of one training, finish it, compare with an uninterrupted run."""
+def run_stress(databin, work, kills=20, size="small", max_update=None, seed=1, epoch_ends=0, max_tokens=None):
+    """Kill ``kills`` starts of one training, and the saves at and next to its first ``epoch_ends`` epoch ends,
+    finish it, compare with an uninterrupted run."""
     import fairseq_residual  # noqa: F401  (the plugin as --user-dir loads it: imported once, before the forks)
 
     begin = time.monotonic()
@@ -215,29 +227,42 @@ def run_stress(databin, work, kills=20, size="small", max_update=None, seed=1):
     try:
         reference, reference_log = work / "reference", work / "reference.log"
         _fresh(reference, reference_log)
-        pid = start_training(train_command(databin, reference, size, max_update), reference_log)
+        pid = start_training(train_command(databin, reference, size, max_update, max_tokens=max_tokens), reference_log)
         _, code, log = wait_or_kill(pid, reference_log, 0)
         if code != 0:
             raise RuntimeError(f"the uninterrupted run failed ({code}):\n{log[-3000:]}")
         first_save = _seconds_to_first_save(log)
+        report.epoch_ends = [int(u) for _, u in _EPOCH_END.findall(log) if int(u) + 1 < max_update][:epoch_ends]
+        if len(report.epoch_ends) < epoch_ends:
+            raise ValueError(f"{max_update} updates end only {len(report.epoch_ends)} epochs before the last update")
+        targets = sorted({u + d for u in report.epoch_ends for d in (-1, 0, 1)})
 
         killed, log_path = work / "killed", work / "killed.log"
         _fresh(killed, log_path)
-        argv = train_command(databin, killed, size, max_update)
+        argv = train_command(databin, killed, size, max_update, max_tokens=max_tokens)
+        other_kills = 0
         while True:
             expected, leftovers = last_updates(killed), len(list(killed.glob("*.tmp")))
+            targets = [t for t in targets if t > (expected or 0)]
             offset = log_path.stat().st_size
             report.starts += 1
             pid = start_training(argv, log_path)
-            at_random = report.kills < kills and rng.random() < ANYTIME_SHARE
-            if report.kills >= kills:
-                schedule = {}  # the last start runs to the end
-            elif at_random:
-                # at the latest when the 2nd save begins: a late random moment in a fast start would otherwise
-                # train many updates, and the run could end before it has had its kills
-                schedule = {"kill_at": time.monotonic() + rng.uniform(0, 1.5 * first_save), "saves_before_kill": 2}
+            # a start killed after its 1st or 2nd save stays before the next epoch-end target
+            room = not targets or (expected or 0) + 2 < targets[0]
+            target, at_random = None, False
+            if other_kills < kills and room:
+                at_random = rng.random() < ANYTIME_SHARE
+                if at_random:
+                    # at the latest when the 2nd save begins: a late random moment in a fast start would otherwise
+                    # train many updates, and the run could end before it has had its kills
+                    schedule = {"kill_at": time.monotonic() + rng.uniform(0, 1.5 * first_save), "saves_before_kill": 2}
+                else:
+                    schedule = {"saves_before_kill": rng.randint(1, 2), "delay": rng.uniform(0, MAX_DELAY)}
+            elif targets:
+                target = targets[0]
+                schedule = {"after_update": target, "saves_before_kill": 1, "delay": rng.uniform(0, MAX_DELAY)}
             else:
-                schedule = {"saves_before_kill": rng.randint(1, 2), "delay": rng.uniform(0, MAX_DELAY)}
+                schedule = {}  # the last start runs to the end
             is_killed, code, log = wait_or_kill(pid, log_path, offset, **schedule)
             _check_resume(report, log, expected, leftovers)
             if not is_killed:
@@ -245,6 +270,11 @@ def run_stress(databin, work, kills=20, size="small", max_update=None, seed=1):
                     report.failed_resumes.append(f"start {report.starts} exited with {code}: {log.strip()[-300:]}")
                 break
             report.kills += 1
+            if target is None:
+                other_kills += 1
+            else:  # once: a kill inside a slow save keeps the update before, and would be repeated forever
+                report.kills_next_to_epoch_ends.append(target)
+                targets.remove(target)
             report.kills_inside_a_save += int(log.rfind(SAVING) > log.rfind(SAVED))
             report.kills_at_random_moments += int(at_random)
             report.corrupt_files += [f"after kill {report.kills}: {bad}" for bad in unreadable_checkpoints(killed)]
@@ -299,6 +329,8 @@ def main(argv=None) -> int:
     parser.add_argument("--size", choices=sorted(SIZES), default="large")
     parser.add_argument("--max-update", type=int, help="default: 2 x kills + 10")
     parser.add_argument("--seed", type=int, default=1, help="seed of the kill schedule")
+    parser.add_argument("--epoch-ends", type=int, default=0, help="also kill at and next to the first N epoch ends")
+    parser.add_argument("--max-tokens", type=int, help="default: the size's (small 512, large 1024)")
     parser.add_argument("--out", help="write the report as JSON here")
     args = parser.parse_args(argv)
     data = args.data
@@ -306,11 +338,13 @@ def main(argv=None) -> int:
         from .demo.prepare import prepare_demo_data
 
         data = prepare_demo_data(Path(args.work) / "data", train=800, valid=40, test=40, bpe_merges=400).databin
-    report = run_stress(data, args.work, kills=args.kills, size=args.size, max_update=args.max_update, seed=args.seed)
+    report = run_stress(
+        data, args.work, args.kills, args.size, args.max_update, args.seed, args.epoch_ends, args.max_tokens
+    )
     text = json.dumps({**asdict(report), "passed": report.passed}, indent=2)
     print(text)
     if args.out:
-        Path(args.out).write_text(text + "\n")
+        write_text(args.out, text + "\n")
     return 0 if report.passed else 1
 
 

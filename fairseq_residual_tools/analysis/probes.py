@@ -43,6 +43,7 @@ import torch.nn.functional as F
 
 from fairseq_residual.schemes.base import stack_layers
 
+from ..files import write_text
 from ..markdown import table
 from ..provenance import ROOT, describe, provenance
 
@@ -354,9 +355,9 @@ def write_outputs(record: Dict, out: Path):
     out.mkdir(parents=True, exist_ok=True)
     # every float to 5 significant digits: a smaller file
     rounded = json.loads(json.dumps(record), parse_float=lambda text: float(f"{float(text):.5g}"))
-    (out / "probes.json").write_text(json.dumps(rounded) + "\n")
+    write_text(out / "probes.json", json.dumps(rounded) + "\n")
     plot_probes(record["summary"], record["runs"], out)
-    (out / "README.md").write_text(probe_readme(record, out))
+    write_text(out / "README.md", probe_readme(record, out))
 
 
 def main(argv=None):

@@ -28,6 +28,7 @@ from typing import Dict, List, Sequence
 
 from ..commands import run_training, score_test_set, train_command
 from ..demo.prepare import TGT, prepare_demo_data
+from ..files import write_json, write_text
 from ..markdown import table
 from ..provenance import ROOT, describe, describe_git, git_state, provenance
 from ..runner import RunError
@@ -93,7 +94,7 @@ def run_one(spec: RunSpec, data, refs, settings, runs_dir: Path) -> Dict:
         with contextlib.suppress(RunError):  # not decoded: scored on the next call
             result.update(score_test_set(data.databin, save_dir, refs, spec.name)[1])
         result["generate_seconds"] = round(time.time() - t0, 1)
-    result_file.write_text(json.dumps(result, indent=1) + "\n")
+    write_json(result_file, result)
     return result
 
 
@@ -145,7 +146,7 @@ def write_report(results: List[Dict], meta: Dict, out: Path):
         suptitle = "CPU-scale study on the synthetic corpus (small-scale analogue)"
         ylabel = f"{quantity} loss (label-smoothed CE, base 2)"
         plot_loss_curves(panels, f"{curve}_curve", out / f"{curve}_loss.png", suptitle, ylabel, columns=2)
-    (out / "results.json").write_text(json.dumps({**meta, "runs": results}, indent=1) + "\n")
+    write_json(out / "results.json", {**meta, "runs": results})
     # the reading of the numbers is written by a person, kept in summary.md and inlined here
     summary_file = out / "summary.md"
     summary = summary_file.read_text().strip() if summary_file.exists() else ""
@@ -204,7 +205,7 @@ Regenerate (resumable; finished runs in `--work` are skipped):
 
     {meta["command"]}
 """
-    (out / "README.md").write_text(body)
+    write_text(out / "README.md", body)
 
 
 def parse_args(argv=None):

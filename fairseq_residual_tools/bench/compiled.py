@@ -101,7 +101,7 @@ def parse_args(argv):
 
 
 def main(argv=None) -> Dict:
-    from ..dataprep.formats import write_json
+    from ..files import write_json
 
     args = parse_args(sys.argv[1:] if argv is None else argv)
     import torch

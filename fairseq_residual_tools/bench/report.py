@@ -1,10 +1,10 @@
 """The benchmark's record as ``bench.json`` and ``bench.md``, and the targets the ratios are checked on."""
 
-import json
 import statistics
 from pathlib import Path
 from typing import Dict, Iterator, List, Optional, Tuple
 
+from ..files import write_json, write_text
 from ..markdown import table
 from ..provenance import describe
 from .measure import ratio_summary
@@ -137,5 +137,5 @@ def markdown(record: Dict) -> str:
 
 def write(record: Dict, out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "bench.json").write_text(json.dumps({**record, "targets": TARGETS}, indent=1) + "\n")
-    (out_dir / "bench.md").write_text(markdown(record))
+    write_json(out_dir / "bench.json", {**record, "targets": TARGETS})
+    write_text(out_dir / "bench.md", markdown(record))

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Callable, List, Optional
 
 from ..errors import DataError, exit_on_user_error
+from ..files import atomic_outputs
 from .download import Checksums, fetch
-from .formats import atomic_outputs
 
 
 def recipe_parser(name: str, doc: str) -> argparse.ArgumentParser:

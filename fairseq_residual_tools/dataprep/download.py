@@ -19,7 +19,8 @@ from typing import Optional
 from urllib.parse import unquote, urlparse
 
 from ..errors import DataError
-from .formats import progress_bar, write_json
+from ..files import write_json
+from .formats import progress_bar
 
 logger = logging.getLogger(__name__)
 

@@ -1,18 +1,13 @@
-"""Reading and writing text: UTF-8 lines that name the file and line of a bad byte, outputs that
-appear only when complete (``atomic_outputs``), progress bars, and the release formats -- IWSLT's
-tagged training text and the ``<seg id="N">`` lines of IWSLT's XML and WMT's SGML test sets, read
+"""Reading text: UTF-8 lines that name the file and line of a bad byte, progress bars, and the release
+formats -- IWSLT's tagged training text and the ``<seg id="N">`` lines of IWSLT's XML and WMT's SGML test sets, read
 as fairseq's recipes' ``grep``/``sed`` do, so that the prepared text has the recipe's line counts.
 """
 
 import itertools
-import json
-import os
 import re
-import shutil
 import sys
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, Iterator, List, Sequence
+from typing import Dict, Iterator, List
 
 from ..errors import DataError
 
@@ -24,42 +19,35 @@ _IWSLT_STRIPPED = re.compile(r"</?(title|description)>")
 _SEG_TAGS = re.compile(r'<seg id="[0-9]*">\s*|\s*</seg>\s*')
 
 
-def _remove(path: Path):
-    if path.is_dir():
-        shutil.rmtree(path)
-    elif path.exists():
-        path.unlink()
+class _StatusLines:
+    """tqdm's output as whole lines: a bar redraws its line with ``\r``, which a log file keeps as frames."""
+
+    def write(self, text: str):
+        text = text.strip("\r\n ")
+        if text:
+            sys.stderr.write(text + "\n")
+
+    def flush(self):
+        sys.stderr.flush()
 
 
-@contextmanager
-def atomic_outputs(paths: Sequence[Path]):
-    """Yield temporary paths; rename them onto ``paths`` (replacing a folder there) only if the block succeeds."""
-    tmp = [Path(f"{p}.tmp{os.getpid()}") for p in paths]
-    for t in tmp:
-        _remove(t)  # left by a killed run whose process id this one has again
-    try:
-        yield tmp
-        for t, p in zip(tmp, paths):
-            if Path(p).is_dir():
-                shutil.rmtree(p)
-            os.replace(t, p)
-    finally:
-        for t in tmp:
-            _remove(t)
-
-
-def progress_bar(desc: str, total=None, unit="lines", quiet=False, start=0):
-    """A tqdm bar on stderr (``unit="B"``: bytes in KiB/MiB), redrawn at most every 30 s in a log file (CI), so
-    logs stay short. tqdm is imported here: its import costs about 0.1 s of CPU, which ``--help`` does not need."""
+def progress_bar(desc: str, total=None, unit="lines", quiet=False, start=0, iterable=None):
+    """A tqdm bar on stderr (``unit="B"``: bytes in KiB/MiB), in place on a terminal; in a log file (CI) one line
+    every 30 s at most, so logs stay short. tqdm is imported here: its import costs about 0.1 s of CPU, which
+    ``--help`` does not need."""
     from tqdm import tqdm
 
+    terminal = sys.stderr.isatty()
     return tqdm(
+        iterable,
+        file=sys.stderr if terminal else _StatusLines(),
         desc=desc,
         total=total,
         unit=unit if unit == "B" else f" {unit}",
         initial=start,
         disable=quiet,
-        mininterval=0.5 if sys.stderr.isatty() else 30.0,
+        mininterval=0.5 if terminal else 30.0,
+        delay=0 if terminal else 30.0,
         unit_scale=unit == "B",
         unit_divisor=1024,
         dynamic_ncols=True,
@@ -112,12 +100,3 @@ def aligned_seg_lines(paths: Dict[str, Path]) -> Dict[str, List[str]]:
         files, counts = " and ".join(map(str, paths.values())), " and ".join(str(len(s)) for s in segs.values())
         raise DataError(f"{files} have {counts} segments; they must be aligned")
     return segs
-
-
-def write_lines(path: Path, lines: List[str]):
-    with atomic_outputs([Path(path)]) as (tmp,), open(tmp, "w", encoding="utf-8") as f:
-        f.writelines(line + "\n" for line in lines)
-
-
-def write_json(path: Path, value, sort_keys=False):
-    write_lines(path, [json.dumps(value, indent=1, sort_keys=sort_keys)])

@@ -6,9 +6,10 @@ The steps, and the sizes the real release gives: data-prep/README.md.
 from functools import partial
 from pathlib import Path
 
+from ..files import write_lines
 from . import pipeline
 from .cli import add_common_options, check_languages, extract_archive, recipe_parser, run_main
-from .formats import aligned_seg_lines, iwslt_train_lines, write_lines
+from .formats import aligned_seg_lines, iwslt_train_lines
 from .moses import TextSteps, clean_corpus, process_file, process_lines
 
 ARCHIVE = "de-en.tgz"

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Callable, Iterable, List
 
 from ..errors import DataError
-from .formats import atomic_outputs, progress_bar, utf8_chunks, utf8_lines
+from ..files import atomic_outputs
+from .formats import progress_bar, utf8_chunks, utf8_lines
 
 
 def remove_non_printing(line: str) -> str:

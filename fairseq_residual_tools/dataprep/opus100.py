@@ -11,10 +11,11 @@ from functools import partial
 from pathlib import Path
 
 from ..errors import DataError
+from ..files import atomic_outputs, write_json
 from . import pipeline
 from .cli import add_common_options, extract_archive, recipe_parser, run_main
 from .download import Checksums
-from .formats import atomic_outputs, utf8_lines, write_json
+from .formats import utf8_lines
 
 SPLITS = {"train": "train", "dev": "valid", "test": "test"}  # release name -> fairseq name
 RELEASE_FOLDER = "opus-100-corpus/v1.0/supervised"  # in each archive, holding <pair>/opus.<pair>-<split>.<lang>

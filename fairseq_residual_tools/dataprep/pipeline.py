@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
 from ..errors import DataError
-from .formats import atomic_outputs, progress_bar, utf8_chunks, write_json
+from ..files import atomic_outputs, write_json
+from .formats import progress_bar, utf8_chunks
 from .moses import TextSteps
 
 logger = logging.getLogger(__name__)
@@ -185,8 +186,11 @@ def split_every(inp: Path, every: int, kept: Path, taken: Path):
 
 
 def learn_joint_bpe(inputs: List[Path], codes: Path, merges: int, workers=1):
-    """Joint BPE (subword-nmt ``learn_bpe.py -s merges``) learned on the concatenation of ``inputs``."""
-    from subword_nmt.learn_bpe import learn_bpe
+    """Joint BPE (subword-nmt ``learn_bpe.py -s merges``) learned on the concatenation of ``inputs``, its
+    progress on the project's bar (subword-nmt's own redraws its line up to 10 times a second, into logs too)."""
+    from subword_nmt import learn_bpe as subword_nmt_learn_bpe
+
+    subword_nmt_learn_bpe.tqdm = lambda merges_range: progress_bar(codes.name, unit="merges", iterable=merges_range)
 
     # one file holding every input (subword-nmt's parallel word count reads a named file)
     joined = Path(f"{codes}.input.tmp{os.getpid()}")
@@ -197,7 +201,7 @@ def learn_joint_bpe(inputs: List[Path], codes: Path, merges: int, workers=1):
             open(joined, encoding="utf-8") as f,
             open(tmp, "w", encoding="utf-8") as g,
         ):
-            learn_bpe(f, g, merges, min_frequency=2, total_symbols=False, num_workers=workers)
+            subword_nmt_learn_bpe.learn_bpe(f, g, merges, min_frequency=2, total_symbols=False, num_workers=workers)
     finally:
         joined.unlink(missing_ok=True)
 

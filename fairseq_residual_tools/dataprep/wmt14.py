@@ -8,9 +8,10 @@ from functools import partial
 from pathlib import Path
 
 from ..errors import DataError
+from ..files import write_json, write_lines
 from . import pipeline
 from .cli import add_common_options, check_languages, extract_archive, recipe_parser, run_main
-from .formats import aligned_seg_lines, write_json, write_lines
+from .formats import aligned_seg_lines
 from .moses import TextSteps, clean_corpus, process_file, process_lines
 
 LANGS = ("en", "de")

@@ -8,7 +8,7 @@ from itertools import groupby
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from ..dataprep.formats import write_json
+from ..files import write_json, write_text
 from ..markdown import table
 from ..provenance import describe
 from ..training_log import RULE
@@ -138,5 +138,5 @@ Training curves: [curves.png](curves.png). Every number, each run's curves and e
   1.2 x source + 10), against the raw references ({next((r["bleu_signature"] for r in rows), "")}).
 - {describe(meta["provenance"])}
 """
-    (out / "README.md").write_text(body, encoding="utf-8")
+    write_text(out / "README.md", body)
     return summary

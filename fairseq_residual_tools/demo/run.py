@@ -24,8 +24,8 @@ from typing import Dict, Optional, Sequence, Tuple
 import yaml
 
 from ..commands import run_training, score_test_set, train_command
-from ..dataprep.formats import write_json
 from ..errors import ConfigError, exit_on_user_error
+from ..files import write_json
 from ..provenance import provenance
 from ..training_log import json_record, outcome
 from .prepare import SRC, TGT, prepare_demo_data

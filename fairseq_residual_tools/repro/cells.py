@@ -28,7 +28,7 @@ class Dataset:
     name: str  # also its config, configs/<name>.yaml
     data: str  # default data-bin (relative to the repository root), from data-prep/
     checkpoints: str  # averaged: "epoch": checkpoint<epoch>.pt; "update": checkpoint_<epoch>_<update>.pt
-    scoring: str  # the description written next to every score
+    scoring: str  # the description written next to every score; {case}: the data's case, from data prep
 
 
 DATASETS: Dict[str, Dataset] = {
@@ -38,8 +38,7 @@ DATASETS: Dict[str, Dataset] = {
             "iwslt14",
             "data-bin/iwslt14.de-en/bin",
             "epoch",
-            "BLEU of fairseq-generate (--remove-bpe): tokenised, lowercased text "
-            "(the data is lowercased by data-prep), BPE removed -- the paper's IWSLT-14 figure; "
+            "BLEU of fairseq-generate (--remove-bpe): tokenised {case}, BPE removed -- the paper's IWSLT-14 figure; "
             "sacrebleu: Moses-detokenised hypotheses against Moses-detokenised references",
         ),
         Dataset(

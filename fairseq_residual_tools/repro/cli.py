@@ -18,7 +18,7 @@ from .cells import NOT_IMPLEMENTED, paper_cells, parse_cell
 from .evaluate import evaluate
 from .launch import dataset_config, gpu_hours, train
 from .status import FAILS, TRAINED, training_state
-from .tables import DEFAULT_OUT, DEFAULT_RESULTS, DEFAULT_WORK, make_tables, measured, result_path
+from .tables import DEFAULT_OUT, DEFAULT_RESULTS, DEFAULT_WORK, MEASURED, make_tables, measured, result_path
 
 
 def build_parser():
@@ -104,6 +104,13 @@ def build_parser():
 
 
 def _default_gpus(args):
+    if args.gpus is not None and args.gpus < 1:
+        per_node = (
+            "CPU processes per node with --cpu" if args.cpu else "GPUs per node; leave --gpus out for all visible"
+        )
+        raise UserError(f"--gpus {args.gpus}: give at least 1 ({per_node})")
+    if args.nodes < 1:
+        raise UserError(f"--nodes {args.nodes}: give at least 1")
     if args.gpus is None:
         args.gpus = 1 if args.cpu else max(1, torch.cuda.device_count())
     if not args.cpu and not args.dry_run and not torch.cuda.is_available():
@@ -127,7 +134,9 @@ def cmd_reproduce(args) -> int:
     if args.list:
         print(f"{'cell':34} {'status':24} estimated GPU-hours (A100-class, docs/reproduce.md)")
         for cell in cells:
-            status = measured(cell, args.results, args.work).status
+            result = measured(cell, args.results, args.work)
+            # the state's name in docs/reproduce.md; † as in the tables: not the paper's setting
+            status = ("evaluated" + (" †" if result.deviations else "")) if result.status == MEASURED else result.status
             hours = ""
             if cell.implemented:
                 cfg = dataset_config(cell.dataset)

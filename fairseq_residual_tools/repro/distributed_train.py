@@ -14,6 +14,8 @@ from typing import List, Mapping, Optional
 
 import torch
 
+from fairseq_residual_tools import quiet_third_party
+
 #: what a launcher sets, as (rank, world size, local rank) variable names
 RANK_VARIABLES = {
     "torchrun": ("RANK", "WORLD_SIZE", "LOCAL_RANK"),
@@ -72,6 +74,7 @@ def main(argv=None):
     cpu = "common.cpu=true" in hydra_args or not torch.cuda.is_available()
     overrides = distributed_overrides(rank, cpu, torch.cuda.device_count())
 
+    quiet_third_party()
     from fairseq_cli import hydra_train  # its import configures logging: only in the training process
 
     sys.argv = ["fairseq-hydra-train", *hydra_args, *overrides]

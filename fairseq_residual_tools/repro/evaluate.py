@@ -9,17 +9,18 @@ import shlex
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import torch
 
 from fairseq_residual.checkpoint_saving import write_atomically
 
 from ..errors import DataError, UserError
+from ..files import write_json
 from ..provenance import provenance
 from ..runner import PLUGIN_DIR, fairseq_command, run_logged
 from . import scoring
-from .cells import AVERAGE_LAST, DATASETS, DECODING, parse_cell
+from .cells import AVERAGE_LAST, DATASETS, DECODING, ROOT, Dataset, parse_cell
 from .status import FAILS, NOT_RUN, TRAINED, launch_records, training_state
 from .tables import result_path
 
@@ -28,13 +29,32 @@ _NUMBERED = {"epoch": re.compile(r"checkpoint(\d+)\.pt"), "update": re.compile(r
 
 
 def last_checkpoints(folder, n: int, kind: str) -> List[Path]:
-    """The newest ``n`` checkpoints of one kind (``_NUMBERED``), oldest first; without any, ``checkpoint_last.pt``."""
+    """The newest ``n`` checkpoints of one kind (``_NUMBERED``), oldest first, the newest being ``checkpoint_last.pt``
+    when it holds more updates than every numbered one (training stopped at max_update between two numbered saves,
+    which only checkpoint_last.pt then holds); without any numbered one, ``checkpoint_last.pt``."""
     folder = Path(folder)
     found = sorted((int(m[1]), p) for p in folder.glob("checkpoint*.pt") if (m := _NUMBERED[kind].fullmatch(p.name)))
-    paths = [p for _, p in found[-n:]] or [folder / "checkpoint_last.pt"]
+    paths = [p for _, p in found]
+    last = folder / "checkpoint_last.pt"
+    if not paths or (last.is_file() and _updates(last) > _updates(paths[-1])):
+        paths.append(last)
     if not paths[-1].is_file():
         raise DataError(f"no checkpoint in {folder}: train the cell first (scripts/train.sh)")
-    return paths
+    return paths[-n:]
+
+
+def _updates(path: Path) -> int:
+    """The update count recorded in a checkpoint (its tensors memory-mapped, not read)."""
+    state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    return int((state.get("optimizer_history") or [{}])[-1].get("num_updates", 0))
+
+
+def averaging_deviation(paths: List[Path], asked: int) -> Optional[str]:
+    """The note for the tables when fewer checkpoints than asked were averaged, else None."""
+    if len(paths) >= asked:
+        return None
+    names = ", ".join(p.name for p in paths)
+    return f"averaged {len(paths)} of the {asked} checkpoints asked: only these were saved ({names})"
 
 
 def average_checkpoints(paths: List[Path], out: Path) -> Path:
@@ -55,6 +75,49 @@ def average_checkpoints(paths: List[Path], out: Path) -> Path:
     state.pop("last_optimizer_state", None)
     write_atomically(str(out), functools.partial(torch.save, state))  # a killed save leaves no truncated file
     return out
+
+
+#: the trained model's options recorded with its scores
+MODEL_FIELDS = [
+    "arch",
+    "residual_scheme",
+    *(f"{side}_{option}" for side in ("encoder", "decoder") for option in ("layers", "embed_dim", "ffn_embed_dim")),
+    "encoder_attention_heads",
+    "decoder_attention_heads",
+]
+
+#: the text's case as the scoring description words it, by data prep's ``lowercase`` option
+_CASE = {
+    True: "lowercased text (data prep's summary.json: lowercase true)",
+    False: "text in its original case (data prep's summary.json: lowercase false)",
+    None: "text (case unknown: no data prep summary.json beside the data-bin)",
+}
+
+
+def what_ran(cfg, data: Path) -> dict:
+    """The record's model and data fields: the trained model's options from its checkpoint's config (a cell trained
+    with overrides is not what its name says) and data prep's ``summary.json`` beside the data-bin, if any."""
+    model = {key: cfg["model"].get(key) for key in MODEL_FIELDS if cfg["model"].get(key) is not None}
+    summary_path = Path(data).parent / "summary.json"
+    data_record = {"data_bin": str(data), "summary_json": None}
+    if summary_path.is_file():
+        summary = json.loads(summary_path.read_text(encoding="utf-8"))
+        translation = summary.get("translation", {})
+        data_record.update(
+            summary_json=str(summary_path),
+            recipe=summary.get("recipe"),
+            pairs=summary.get("pairs"),
+            tokenize=translation.get("tokenizer"),
+            subword=summary.get("subword"),
+            lowercase=translation.get("lowercase"),
+            options=summary.get("options"),
+        )
+    top = {"scheme": model.get("residual_scheme"), **{k: model.get(k) for k in ("encoder_layers", "decoder_layers")}}
+    return {**{k: v for k, v in top.items() if v is not None}, "model": model, "data": data_record}
+
+
+def scoring_description(dataset: Dataset, data_record: dict) -> str:
+    return dataset.scoring.format(case=_CASE[data_record.get("lowercase")])
 
 
 def training_record(cell_dir: Path) -> dict:
@@ -121,16 +184,24 @@ def evaluate(args) -> dict:
         record["training"]["deviations"] = [*record["training"].get("deviations", []), deviation]
         record["unfinished"] = deviation
 
-    checkpoints = last_checkpoints(cell_dir, args.average or AVERAGE_LAST, dataset.checkpoints)
+    asked = args.average or AVERAGE_LAST
+    checkpoints = last_checkpoints(cell_dir, asked, dataset.checkpoints)
+    fewer = averaging_deviation(checkpoints, asked)
+    if fewer:
+        record["training"]["deviations"] = [*record["training"].get("deviations", []), fewer]
     if args.dry_run:
         print(f"{cell.name}: {state.name} ({state.detail}); would average {', '.join(p.name for p in checkpoints)}")
         beam = DECODING["beam"]
-        print(f"then decode the test sets with beam {beam} (fairseq-generate) and score them as: {dataset.scoring}")
+        data_record = what_ran({"model": {}}, Path(args.data or ROOT / dataset.data))["data"]
+        scoring_text = scoring_description(dataset, data_record)
+        print(f"then decode the test sets with beam {beam} (fairseq-generate) and score them as: {scoring_text}")
         print(f"and write {out_path}")
         return record
     averaged = average_checkpoints(checkpoints, cell_dir / f"checkpoint.average{len(checkpoints)}.pt")
-    task = torch.load(averaged, map_location="cpu", weights_only=True)["cfg"]["task"]
+    cfg = torch.load(averaged, map_location="cpu", weights_only=True)["cfg"]
+    task = cfg["task"]
     data = Path(args.data or task["data"])
+    record.update(what_ran(cfg, data))
     eval_dir = cell_dir / "evaluation"  # made by run_logged
     # decode(subset, task arguments, the --remove-bpe value, output file)
     decode = functools.partial(generate, data, averaged, args.cpu or not torch.cuda.is_available())
@@ -162,7 +233,7 @@ def evaluate(args) -> dict:
     record.update(
         status="measured",
         scores=scores,
-        scoring=dataset.scoring,
+        scoring=scoring_description(dataset, record["data"]),
         decoding=DECODING,
         checkpoints=[str(p) for p in checkpoints],
         averaged_checkpoint=str(averaged),
@@ -175,8 +246,7 @@ def evaluate(args) -> dict:
 
 
 def _write(path: Path, record: dict) -> dict:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    write_json(path, record)
     headline = {k: v for k, v in record["scores"].items() if k in ("bleu", "sacrebleu", "EX", "XE", "ALL")}
     print(f"{record['cell']}: {record['status']} {headline or record.get('divergence', '')}")
     if record["status"] == "measured":

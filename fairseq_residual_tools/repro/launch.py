@@ -5,15 +5,17 @@
 from ``checkpoint_last.pt`` there (docs/reproduce.md).
 """
 
+import fcntl
 import functools
-import json
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import time
 import warnings
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -24,7 +26,8 @@ from hydra import initialize_config_dir
 
 import fairseq_residual  # noqa: F401  (registers the model's options)
 
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, UserError
+from ..files import write_json, write_text
 from ..runner import PLUGIN_DIR, RunError, run_logged
 from .cells import CONFIG_DIR, DATASETS, NOT_IMPLEMENTED, ROOT, Cell, Dataset, parse_cell
 from .status import FAILS, LAUNCH_MARK, TRAINED, launch_records, training_state
@@ -301,9 +304,7 @@ def dataset_config(dataset: str, extra: tuple = ()):
 
 def write_launch_records(cell_dir: Path, records: list):
     """``launch.json``, replaced in one step (a kill leaves the old file or the new one, never half of one)."""
-    tmp = cell_dir / f"launch.json.tmp{os.getpid()}"
-    tmp.write_text(json.dumps(records, indent=1) + "\n")
-    os.replace(tmp, cell_dir / "launch.json")
+    write_json(cell_dir / "launch.json", records)
 
 
 def _now(seconds: Optional[float] = None) -> str:
@@ -339,7 +340,37 @@ def train(args, entry_module: str = ENTRY) -> int:
     if plan.data_problem:
         raise DataError(plan.data_problem)
 
+    with launch_lock(cell_dir, args.node_rank):
+        return _launch(plan, cell_dir)
+
+
+@contextmanager
+def launch_lock(cell_dir: Path, node_rank: Optional[int] = None):
+    """Held by the launcher while its training runs (``launch.lock`` in the cell folder; one per node when torchrun
+    spans several): a second launch of the cell refuses instead of writing the same checkpoints. It is an flock,
+    which the kernel releases when the launcher ends, however it ends, so a killed launch never leaves it stuck."""
     cell_dir.mkdir(parents=True, exist_ok=True)
+    path = cell_dir / ("launch.lock" if node_rank is None else f"launch.node{node_rank}.lock")
+    with open(path, "a+", encoding="utf-8") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip() or "another launch"
+            raise UserError(
+                f"{cell_dir} is being trained by {holder} ({path}): wait for it to end or stop it; "
+                "two trainings would write the same checkpoints"
+            ) from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"launch pid {os.getpid()} on {socket.gethostname()} since {_now()}\n")
+        lock.flush()
+        yield
+
+
+def _launch(plan: LaunchPlan, cell_dir: Path) -> int:
+    last = cell_dir / "checkpoint_last.pt"
+    done = cell_dir / "train.done"
     log_path = cell_dir / "train.log"
     started = time.time()
     with open(log_path, "a", encoding="utf-8") as log:
@@ -357,7 +388,7 @@ def train(args, entry_module: str = ENTRY) -> int:
     write_launch_records(cell_dir, [*earlier, record])
     state = training_state(cell_dir)
     if state.name == TRAINED:
-        done.write_text(f"fairseq-hydra-train finished ({state.detail}) at {_now()}\n")
+        write_text(done, f"fairseq-hydra-train finished ({state.detail}) at {_now()}\n")
         return 0
     if state.name == FAILS:
         print(f'{plan.cell}: training diverged: {state.detail} -- the tables report it as "fails"')

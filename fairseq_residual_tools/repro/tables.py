@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List
 
+from ..files import write_text
 from ..markdown import table as markdown_table
 from .cells import NOT_IMPLEMENTED, ROOT, Cell, PaperTable, paper_tables
 from .status import FAILED, FAILS, TRAINED, training_state
@@ -99,6 +100,5 @@ def make_tables(results_dir, work_dir, out) -> str:
         *(render(table, results_dir, work_dir) for table in paper_tables().values()),
     ]
     text = "\n".join(parts)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(text, encoding="utf-8")
+    write_text(out, text)
     return text

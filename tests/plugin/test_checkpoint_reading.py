@@ -1,13 +1,16 @@
 """Resuming past an unreadable checkpoint_last.pt; one line for a missing or truncated checkpoint."""
 
+import functools
 import os
 import re
 import shutil
+from types import SimpleNamespace
 
 import pytest
 import torch
 from helpers import PLUGIN_DIR, run_cli
 
+from fairseq_residual import checkpoint_reading
 from fairseq_residual.checkpoint_reading import resume_path
 from fairseq_residual.errors import CheckpointFileError
 from fairseq_residual_tools.kill_stress import start_training, train_command, wait_or_kill
@@ -111,3 +114,115 @@ def test_resuming_a_stock_transformer_checkpoint_names_both_architectures(demo_d
     line = one_error_line(run_cli(["fairseq_cli.train", *argv], cwd=tmp_path, check=False))
     assert f"{save_dir}/checkpoint_last.pt was trained with --arch transformer" in line
     assert "this run uses --arch residual_transformer" in line
+
+
+def with_option(argv, option, value):
+    argv = list(argv)
+    argv[argv.index(option) + 1] = str(value)
+    return argv
+
+
+def databin_with_more_words(databin, folder, extra=16):
+    """A copy of ``databin`` whose (joined) dictionary has ``extra`` more words: data prep re-run otherwise."""
+    shutil.copytree(databin, folder)
+    for name in ("dict.src.txt", "dict.tgt.txt"):
+        with open(folder / name, "a", encoding="utf-8") as f:
+            f.writelines(f"newword{i} 1\n" for i in range(extra))
+    return folder
+
+
+@pytest.mark.slow
+def test_resuming_with_other_dimensions_names_the_option_and_both_values(demo_databin, three_updates, tmp_path):
+    save_dir = tmp_path / "ckpt"
+    shutil.copytree(three_updates, save_dir)
+    argv = with_option(
+        train_command(demo_databin.databin, save_dir, "small", max_update=5), "--encoder-ffn-embed-dim", 96
+    )
+    line = one_error_line(run_cli(["fairseq_cli.train", *argv], cwd=tmp_path, check=False))
+    assert f"{save_dir}/checkpoint_last.pt was trained with --encoder-ffn-embed-dim 128" in line
+    assert "this run uses --encoder-ffn-embed-dim 96" in line
+
+
+@pytest.mark.slow
+def test_generating_with_other_dimensions_names_the_option_and_both_values(demo_databin, three_updates, tmp_path):
+    path = three_updates / "checkpoint_last.pt"
+    overrides = "{'decoder_ffn_embed_dim': 32}"
+    proc = run_cli(
+        ["fairseq_cli.generate", str(demo_databin.databin), "--user-dir", PLUGIN_DIR, "--path", str(path), "--cpu"]
+        + ["--model-overrides", overrides],
+        cwd=tmp_path,
+        check=False,
+    )
+    line = one_error_line(proc)
+    assert f"{path} was trained with --decoder-ffn-embed-dim 128" in line
+    assert "this run uses --decoder-ffn-embed-dim 32" in line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["generate", "resume"])
+def test_a_dictionary_changed_since_training_is_named(demo_databin, three_updates, tmp_path, command):
+    databin = databin_with_more_words(demo_databin.databin, tmp_path / "bin")
+    path = three_updates / "checkpoint_last.pt"
+    if command == "generate":
+        argv = ["fairseq_cli.generate", str(databin), "--user-dir", PLUGIN_DIR, "--path", str(path), "--cpu"]
+    else:
+        save_dir = tmp_path / "ckpt"
+        shutil.copytree(three_updates, save_dir)
+        path = save_dir / "checkpoint_last.pt"
+        argv = ["fairseq_cli.train", *train_command(databin, save_dir, "small", max_update=5)]
+    line = one_error_line(run_cli(argv, cwd=tmp_path, check=False))
+    words = len((demo_databin.databin / "dict.src.txt").read_text().splitlines())
+    assert f"the dictionary of {databin} changed since {path} was trained" in line
+    assert f"{words + 4 + 16} words now" in line and "re-run data preparation" in line
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stop", [26, 27, 35])  # epoch 1's last update, epoch 2's first, inside epoch 2
+def test_resuming_after_the_first_epoch_ends_bit_identical_to_the_uninterrupted_run(demo_databin, tmp_path, stop):
+    """--max-tokens 1024: 26 updates per epoch. fairseq alone built the resumed run's batches with other sentences."""
+    command = functools.partial(train_command, demo_databin.databin, max_tokens=1024, size="small")
+    train(command(save_dir=tmp_path / "straight", max_update=stop + 3), tmp_path / "straight.log")
+    train(command(save_dir=tmp_path / "resumed", max_update=stop), tmp_path / "resumed.log")
+    log = train(command(save_dir=tmp_path / "resumed", max_update=stop + 3), tmp_path / "resumed.log")
+    assert f"(epoch {1 + stop // 26} @ {stop} updates)" in log  # resumed where the first start stopped
+    straight, resumed = (torch.load(tmp_path / d / "checkpoint_last.pt") for d in ("straight", "resumed"))
+    assert resumed["optimizer_history"][-1]["num_updates"] == straight["optimizer_history"][-1]["num_updates"]
+    torch.testing.assert_close(resumed["model"], straight["model"], rtol=0, atol=0)
+    torch.testing.assert_close(resumed["last_optimizer_state"], straight["last_optimizer_state"], rtol=0, atol=0)
+
+
+class ShardedTrainer:
+    """What the resume wrapper reads of fairseq's Trainer under FSDP with --use-sharded-state."""
+
+    is_fsdp = True
+    cfg = SimpleNamespace(distributed_training=SimpleNamespace(use_sharded_state=True))
+
+
+def resume_on_two_ranks(rank, init_file, folder):
+    """Rank 1's checkpoint_last and its 400-update shard are truncated; rank 0's files are whole."""
+    torch.distributed.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
+    try:
+        for name, updates in (("checkpoint_1_200", 200), ("checkpoint_2_400", 400), ("checkpoint_last", 400)):
+            path = folder / f"{name}-shard{rank}.pt"
+            torch.save(
+                {"model": {"w": torch.full((2,), float(rank))}, "optimizer_history": [{"num_updates": updates}]}, path
+            )
+            if rank == 1 and updates == 400:
+                truncate(path)
+        last = str(folder / f"checkpoint_last-shard{rank}.pt")
+        each_alone = resume_path(last)
+        resume = checkpoint_reading._resuming_load_checkpoint(lambda trainer, filename: filename)
+        (folder / f"rank{rank}.txt").write_text(
+            f"{os.path.basename(each_alone)} {os.path.basename(resume(ShardedTrainer(), last))}"
+        )
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def test_under_sharded_state_every_rank_resumes_from_the_newest_checkpoint_all_can_read(tmp_path):
+    torch.multiprocessing.spawn(resume_on_two_ranks, args=(tmp_path / "gloo-init", tmp_path), nprocs=2)
+    alone0, agreed0 = (tmp_path / "rank0.txt").read_text().split()
+    alone1, agreed1 = (tmp_path / "rank1.txt").read_text().split()
+    # each rank deciding alone: rank 0 would resume at 400 updates, rank 1 at 200
+    assert (alone0, alone1) == ("checkpoint_last-shard0.pt", "checkpoint_1_200-shard1.pt")
+    assert (agreed0, agreed1) == ("checkpoint_1_200-shard0.pt", "checkpoint_1_200-shard1.pt")

@@ -78,3 +78,29 @@ def test_leftover_temporary_files_are_removed_and_nothing_else(tmp_path):
     removed = checkpoint_saving.remove_leftover_temporary_files(str(tmp_path))
     assert sorted(p.name for p in removed) == ["checkpoint_3_40.pt.tmp", "checkpoint_last.pt.tmp"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint_last.pt", "notes.tmp"]
+
+
+def test_a_failing_torch_save_is_retried_three_times_as_fairseq_does(tmp_path, monkeypatch):
+    from fairseq import checkpoint_utils
+
+    real_save, calls = torch.save, []
+
+    def flaky_save(obj, path):
+        calls.append(path)
+        if len(calls) <= failures:
+            with open(path, "wb") as f:
+                f.write(b"partial")
+            raise OSError("transient write error")
+        real_save(obj, path)
+
+    monkeypatch.setattr(torch, "save", flaky_save)
+    target = tmp_path / "checkpoint_last.pt"
+    failures = 2  # the third try succeeds
+    checkpoint_utils.torch_persistent_save({"w": torch.ones(2)}, str(target))
+    assert len(calls) == 3 and torch.equal(torch.load(target)["w"], torch.ones(2))
+    calls.clear()
+    failures = 3  # every try fails: the error reaches fairseq, the previous file stays whole
+    with pytest.raises(OSError, match="transient write error"):
+        checkpoint_utils.torch_persistent_save({"w": torch.zeros(2)}, str(target))
+    assert len(calls) == 3 and torch.equal(torch.load(target)["w"], torch.ones(2))
+    assert [p.name for p in tmp_path.iterdir()] == ["checkpoint_last.pt"]

@@ -1,6 +1,8 @@
 """Bad input ends with one clear line naming the problem and the fix, never a traceback."""
 
 import os
+import re
+import signal
 import subprocess
 import sys
 
@@ -158,3 +160,35 @@ def test_a_plugin_error_that_fairseq_wrapped_is_one_line():
             exec(compile("raise Exception('Cannot load model parameters')", fairseq_file, "exec"))
     except Exception as e:
         assert one_line_message(e).startswith("unknown residual scheme 'bogus'")
+
+
+@pytest.mark.slow
+def test_fairseq_train_without_a_batch_size_is_one_line_naming_both_options(demo_databin, tmp_path):
+    argv = train_args(demo_databin.databin, tmp_path / "ckpt", max_update=1)
+    at = argv.index("--max-tokens")
+    proc = run_cli([*argv[:at], *argv[at + 2 :]], cwd=tmp_path, check=False)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("error: no batch size: give --max-tokens N (tokens per batch, e.g. 4096) or --batch-size N")
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_training_is_one_line_saying_where_it_stopped_and_how_to_resume(demo_databin, tmp_path):
+    save_dir = tmp_path / "ckpt"
+    argv = [sys.executable, "-m", *train_args(demo_databin.databin, save_dir, max_update=10_000)]
+    env = {k: v for k, v in os.environ.items() if k != "FAIRSEQ_RESIDUAL_TRACEBACK"}
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    for line in proc.stdout:  # saves every 4 updates: interrupt after the second save
+        if "Saved checkpoint" in line and "@ 8 updates" in line:
+            break
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGINT and "Traceback" not in stderr, stderr[-3000:]
+    (line,) = [line for line in stderr.splitlines() if "KeyboardInterrupt" in line or line.startswith("stopped")]
+    saved = torch.load(save_dir / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    saved_updates = saved["optimizer_history"][-1]["num_updates"]
+    match = re.fullmatch(r"stopped by Ctrl-C at update (\d+) \(epoch (\d+)\); (.*) holds update (\d+): (.*)", line)
+    assert match, line
+    assert int(match.group(1)) >= saved_updates >= 8 and int(match.group(4)) == saved_updates
+    assert match.group(3) == f"{save_dir}/checkpoint_last.pt"
+    assert match.group(5) == "the same command resumes from there"

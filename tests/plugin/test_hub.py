@@ -7,6 +7,7 @@ unchanged, and so does the command for one's own corpus (which reads the flags f
 """
 
 import json
+import logging
 import os
 import re
 import subprocess
@@ -209,3 +210,11 @@ def test_own_corpus_interactive_command_reads_the_flags_from_summary_json(traine
     detok = re.findall(r"^D-\d+\t[^\t]*\t(.*)$", proc.stdout, flags=re.M)
     assert len(sources) == len(detok) == 3 and not any("<unk>" in s for s in sources)
     assert detok == load_translator(checkpoint, data_prep_out=out).translate(raw_test, beam=5, max_len_b=8)
+
+
+def test_load_translator_logs_no_configuration_dump(trained, caplog):
+    out, checkpoint, _ = trained
+    with caplog.at_level(logging.INFO):
+        load_translator(checkpoint, data_prep_out=out)
+    assert caplog.records, "fairseq's own log lines stay"
+    assert [r.name for r in caplog.records if not isinstance(r.msg, str)] == []  # the 10 KB config, logged as a dict

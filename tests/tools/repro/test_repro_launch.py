@@ -2,15 +2,17 @@
 
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
+import sys
 import time
 
 import pytest
 from helpers import SCRIPTS, TINY, launch_args
 
-from fairseq_residual_tools.errors import ConfigError, exit_on_user_error
+from fairseq_residual_tools.errors import ConfigError, UserError, exit_on_user_error
 from fairseq_residual_tools.repro import cli, distributed_train, launch
 from fairseq_residual_tools.repro.cells import DATASETS, parse_cell
 from fairseq_residual_tools.repro.distributed_train import ProcessRank, distributed_overrides, process_rank
@@ -240,3 +242,36 @@ def _cmdline(pid: str) -> str:
             return f.read().decode(errors="replace")
     except OSError:
         return ""
+
+
+@pytest.mark.parametrize("counts", [["--gpus", "0"], ["--gpus", "-1", "--cpu"], ["--nodes", "0"]])
+def test_a_gpu_or_node_count_below_one_is_one_line_before_anything_starts(tmp_path, demo_databin, capsys, counts):
+    base = ["train", "--cell", "iwslt14/residual/e6d6", "--work", str(tmp_path), "--data", str(demo_databin.databin)]
+    line = one_line_error([*base, *counts], capsys)
+    option, value = counts[:2]
+    assert line.startswith(f"error: {option} {value}: ") and "at least 1" in line
+    assert not (tmp_path / "iwslt14").exists()  # nothing was launched, no cell folder marked failed
+
+
+def test_a_second_launch_of_a_cell_being_trained_refuses_and_a_killed_launch_leaves_no_lock(tmp_path, demo_databin):
+    cell_dir = tmp_path / "iwslt14/residual/e6d6"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom fairseq_residual_tools.repro.launch import launch_lock\n"
+         f"with launch_lock(__import__('pathlib').Path({str(cell_dir)!r})):\n    print('held', flush=True)\n"
+         "    time.sleep(600)"],
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline() == "held\n"
+        args = launch_args("iwslt14/residual/e6d6", tmp_path, data=demo_databin.databin, cpu=True, dry_run=False)
+        args.overrides = [*TINY, "optimization.max_update=1"]
+        with pytest.raises(
+            UserError, match=rf"^{re.escape(str(cell_dir))} is being trained by launch pid {holder.pid} on "
+        ):
+            launch.train(args)
+        assert not (cell_dir / "train.log").exists()  # refused before anything was written
+    finally:
+        holder.kill()  # SIGKILL: no cleanup runs in the holder
+        holder.wait()
+    with launch.launch_lock(cell_dir):  # the kernel released the killed launcher's lock
+        assert (cell_dir / "launch.lock").read_text().startswith(f"launch pid {os.getpid()} on ")

@@ -4,8 +4,16 @@ import pytest
 import torch
 
 from fairseq_residual_tools.errors import DataError
-from fairseq_residual_tools.repro import scoring
-from fairseq_residual_tools.repro.evaluate import average_checkpoints, last_checkpoints
+from fairseq_residual_tools.files import write_json
+from fairseq_residual_tools.repro import cli, scoring
+from fairseq_residual_tools.repro.cells import DATASETS
+from fairseq_residual_tools.repro.evaluate import (
+    average_checkpoints,
+    averaging_deviation,
+    last_checkpoints,
+    scoring_description,
+    what_ran,
+)
 
 GENERATE_OUTPUT = """S-1\tdas ist gut
 T-1\tthat is good
@@ -113,3 +121,83 @@ def test_an_interrupted_average_leaves_the_previous_file_whole(tmp_path, monkeyp
     with pytest.raises(KeyboardInterrupt):
         average_checkpoints(last_checkpoints(tmp_path, 2, "epoch"), out)
     assert out.read_bytes() == before and [p.name for p in tmp_path.glob("avg.pt*")] == ["avg.pt"]
+
+
+def with_updates(path, updates):
+    state = torch.load(path, weights_only=True)
+    state["optimizer_history"] = [{"num_updates": updates}]
+    torch.save(state, path)
+
+
+def test_a_checkpoint_last_newer_than_every_epoch_checkpoint_ends_the_window(tmp_path):
+    """Training stopped at max_update in the middle of an epoch: only checkpoint_last.pt holds its last updates."""
+    for epoch, updates in ((1, 26), (2, 52), (3, 78)):
+        fake_checkpoint(tmp_path / f"checkpoint{epoch}.pt", float(epoch))
+        with_updates(tmp_path / f"checkpoint{epoch}.pt", updates)
+    fake_checkpoint(tmp_path / "checkpoint_last.pt", 4.0)
+    with_updates(tmp_path / "checkpoint_last.pt", 90)
+    assert [p.name for p in last_checkpoints(tmp_path, 3, "epoch")] == [
+        "checkpoint2.pt",
+        "checkpoint3.pt",
+        "checkpoint_last.pt",
+    ]
+    with_updates(tmp_path / "checkpoint_last.pt", 78)  # stopped at an epoch's end: the same state as checkpoint3.pt
+    assert [p.name for p in last_checkpoints(tmp_path, 3, "epoch")] == [
+        "checkpoint1.pt",
+        "checkpoint2.pt",
+        "checkpoint3.pt",
+    ]
+
+
+def test_averaging_fewer_checkpoints_than_asked_is_a_recorded_deviation(tmp_path):
+    for epoch in (1, 2):
+        fake_checkpoint(tmp_path / f"checkpoint{epoch}.pt", float(epoch))
+    picked = last_checkpoints(tmp_path, 5, "epoch")
+    assert averaging_deviation(picked, 5) == (
+        "averaged 2 of the 5 checkpoints asked: only these were saved (checkpoint1.pt, checkpoint2.pt)"
+    )
+    assert averaging_deviation(picked, 2) is None
+
+
+def trained_cfg(layers):
+    model = {"arch": "residual_transformer", "residual_scheme": "residual", "encoder_layers": layers}
+    return {"model": {**model, "decoder_layers": layers, "encoder_embed_dim": 32, "dropout": 0.1}}
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_the_record_says_what_was_trained_and_how_the_data_was_prepared(tmp_path, lowercase):
+    """A 2+2 model trained as cell iwslt14/residual/e6d6 through overrides, on data prepared (not) lowercased."""
+    data = tmp_path / "out" / "bin"
+    data.mkdir(parents=True)
+    summary = {"recipe": "custom", "pairs": {"train": 800}, "subword": "bpe", "options": {"lowercase": lowercase}}
+    summary["translation"] = {"lowercase": lowercase, "tokenizer": "moses"}
+    write_json(data.parent / "summary.json", summary)
+    record = what_ran(trained_cfg(2), data)
+    assert (record["scheme"], record["encoder_layers"], record["decoder_layers"]) == ("residual", 2, 2)
+    assert record["model"] == {k: v for k, v in trained_cfg(2)["model"].items() if k != "dropout"}
+    assert record["data"]["lowercase"] is lowercase and record["data"]["recipe"] == "custom"
+    assert record["data"]["summary_json"] == str(data.parent / "summary.json")
+    text = scoring_description(DATASETS["iwslt14"], record["data"])
+    assert ("tokenised lowercased text" in text) is lowercase
+    assert ("tokenised text in its original case" in text) is not lowercase
+
+
+def test_without_a_data_prep_summary_the_case_is_unknown_not_assumed(tmp_path):
+    record = what_ran(trained_cfg(6), tmp_path / "bin")
+    assert record["data"] == {"data_bin": str(tmp_path / "bin"), "summary_json": None}
+    assert "case unknown" in scoring_description(DATASETS["iwslt14"], record["data"])
+
+
+def test_list_says_evaluated_and_marks_a_result_that_is_not_the_papers_setting(tmp_path, capsys):
+    cell = "iwslt14/residual/e6d6"
+    record = {"status": "measured", "scores": {"bleu": 1.0}, "training": {"state": "trained"}}
+    write_json(tmp_path / "cells" / f"{cell}.json", {**record, "training": {"state": "trained", "deviations": []}})
+    write_json(
+        tmp_path / "cells" / "iwslt14/pre/e6d6.json",
+        {**record, "training": {"state": "trained", "deviations": ["trained on CPU"]}},
+    )
+    argv = ["reproduce", "--table", "iwslt14", "--list", "--results", str(tmp_path / "cells"), "--work", str(tmp_path)]
+    assert cli.main(argv) == 0
+    rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[1:]}
+    assert rows[cell][:1] == ["evaluated"] and rows["iwslt14/pre/e6d6"][:2] == ["evaluated", "†"]
+    assert rows["iwslt14/post/e6d6"][:2] == ["not", "run"]

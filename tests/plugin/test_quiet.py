@@ -1,0 +1,141 @@
+"""Ordinary commands print nothing on stderr that is not about the user's run, and an error is the last line:
+fairseq's CLIs with the plugin, data preparation and the harness (``fairseq_residual/quiet.py``)."""
+
+import os
+import subprocess
+import sys
+
+import pytest
+from helpers import PLUGIN_DIR, ROOT, TINY_MODEL
+
+from fairseq_residual.quiet import KNOWN_AT_FAIRSEQ_IMPORT
+
+pytestmark = pytest.mark.slow
+
+#: fragments of the third-party lines measured on stderr before the filters (issue 20), one per kind
+KNOWN_NOISE = [
+    "FutureWarning: `torch.cuda.amp.custom_fwd",
+    "FutureWarning: `torch.cuda.amp.custom_bwd",
+    "FutureWarning: `torch.cuda.amp.autocast",
+    "Please install tensorboardX",
+    "hydra.experimental.initialize() is no longer experimental",
+    "hydra.experimental.compose() is no longer experimental",
+    "The version_base parameter is not specified",
+    "Usage of deprecated keyword in package header",
+    "is validated against ConfigStore schema",
+    "The strict flag in the compose API is deprecated",
+    "deprecation_warning(",
+    "'pin_memory' argument is set as true",
+    "Support for mismatched key_padding_mask and attn_mask",
+    "DEBUG:hydra",
+    "{'_name': None, 'common':",  # the configuration dump
+    "Namespace(no_progress_bar=",  # fairseq-preprocess's argument dump
+    "\r",  # progress bars redrawn into a log
+]
+
+
+def run(command, cwd, stdin=None, **env):
+    """``command`` with the user's environment (no PYTHONWARNINGS, unlike helpers.run_cli)."""
+    full_env = {k: v for k, v in os.environ.items() if k not in ("PYTHONWARNINGS", "FAIRSEQ_RESIDUAL_VERBOSE")}
+    full_env.update(env)
+    return subprocess.run(command, cwd=cwd, env=full_env, input=stdin, capture_output=True, text=True)
+
+
+def noise(stderr: str):
+    """The lines of ``stderr`` that hold a known-noise fragment (a ``\\r`` anywhere counts)."""
+    return [line for line in stderr.split("\n") if any(fragment in line for fragment in KNOWN_NOISE)]
+
+
+def after_fairseq_import(stderr: str):
+    """``stderr`` without the lines printed while fairseq's own CLI imported fairseq, before ``--user-dir``
+    loads the plugin (each a warning with its source line, or a log line); they must come first."""
+    lines = stderr.split("\n")
+    while lines and any(known in lines[0] for known in KNOWN_AT_FAIRSEQ_IMPORT):
+        lines = lines[2:] if "Warning:" in lines[0] else lines[1:]
+    return "\n".join(lines)
+
+
+def fairseq(module, *args):
+    return [sys.executable, "-m", f"fairseq_cli.{module}", *args, "--user-dir", PLUGIN_DIR, "--cpu"]
+
+
+@pytest.fixture(scope="module")
+def trained(demo_databin, tmp_path_factory):
+    """A 3-update tiny training: its stderr, and the folder with its checkpoint."""
+    save = tmp_path_factory.mktemp("quiet-train")
+    command = fairseq(
+        "train", str(demo_databin.databin), "--arch", "residual_transformer_iwslt_de_en", *TINY_MODEL,
+        "--share-all-embeddings", "--optimizer", "adam", "--lr", "1e-3", "--max-tokens", "1024",
+        "--max-update", "3", "--num-workers", "0", "--save-dir", str(save), "--no-epoch-checkpoints",
+    )  # fmt: skip
+    proc = run(command, save)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stderr, save, command
+
+
+def test_fairseq_train_prints_no_third_party_line_once_the_plugin_is_loaded(trained):
+    stderr, _, _ = trained
+    assert noise(after_fairseq_import(stderr)) == []
+    assert after_fairseq_import(stderr).strip() == ""  # nothing else either: fairseq-train logs to stdout
+
+
+def test_fairseq_residual_verbose_shows_the_third_party_lines(trained, tmp_path):
+    _, _, command = trained
+    command = [*command, "--max-update", "1", "--save-dir", str(tmp_path)]
+    proc = run(command, tmp_path, FAIRSEQ_RESIDUAL_VERBOSE="1")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    shown = " ".join(noise(after_fairseq_import(proc.stderr)))
+    for fragment in ["hydra.experimental.initialize()", "'pin_memory' argument", "torch.cuda.amp.autocast"]:
+        assert fragment in shown
+
+
+def test_fairseq_generate_and_interactive_print_only_their_own_log(trained, demo_databin):
+    _, save, _ = trained
+    checkpoint = ["--path", str(save / "checkpoint_last.pt"), "--beam", "2", "--max-len-b", "5"]
+    generate = run(fairseq("generate", str(demo_databin.databin), *checkpoint, "--gen-subset", "valid"), save)
+    interactive = run(fairseq("interactive", str(demo_databin.databin), *checkpoint), save, stdin="w1 w2\n")
+    for proc in (generate, interactive):
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert noise(after_fairseq_import(proc.stderr)) == []
+        assert "loading model(s) from" in proc.stderr  # fairseq's own log stays
+    assert "H-0\t" in interactive.stdout and "Translated 40 sentences" in generate.stderr
+
+
+def test_a_failing_fairseq_command_ends_with_one_error_line(trained, demo_databin):
+    _, save, _ = trained
+    missing = save / "no_such_checkpoint.pt"
+    proc = run(fairseq("generate", str(demo_databin.databin), "--path", str(missing)), save)
+    assert proc.returncode == 1
+    assert noise(after_fairseq_import(proc.stderr)) == []
+    last = proc.stderr.strip().split("\n")[-1]
+    assert last.startswith("error: ") and str(missing) in last
+
+
+def test_data_preparation_and_the_harness_print_no_third_party_line(demo_databin, tmp_path):
+    raw = demo_databin.raw_prefixes
+    prepare = [
+        "bash", str(ROOT / "data-prep/prepare-custom.sh"), "--train-prefix", raw["train"],
+        "--valid-prefix", raw["valid"], "--src", "src", "--tgt", "tgt", "--bpe-merges", "60",
+        "--out", str(tmp_path / "out"),
+    ]  # fmt: skip
+    steps = {
+        "prepare-custom": run(prepare, tmp_path),
+        "reproduce --list": run(["bash", str(ROOT / "scripts/reproduce.sh"), "--list"], tmp_path),
+        "make_tables": run([sys.executable, str(ROOT / "scripts/make_tables.py"), "--out", "t.md"], tmp_path),
+        # the README's USER_DIR one-liner: the plugin imports fairseq after its filters
+        "USER_DIR": run(
+            [sys.executable, "-c", "import fairseq_residual, os; print(os.path.dirname(fairseq_residual.__file__))"],
+            tmp_path,
+        ),
+    }
+    for name, proc in steps.items():
+        assert proc.returncode == 0, (name, proc.stderr[-3000:])
+        assert proc.stderr == "", name  # not even the lines printed while fairseq is imported
+    assert (tmp_path / "out/bin/dict.src.txt").exists() and "iwslt14/residual/e6d6" in steps["reproduce --list"].stdout
+    assert steps["USER_DIR"].stdout.strip() == PLUGIN_DIR
+
+
+def test_a_failing_harness_command_prints_only_its_error_line(tmp_path):
+    proc = run(["bash", str(ROOT / "scripts/evaluate.sh"), "--cell", "iwslt14/nonsense/e6d6"], tmp_path)
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("error: unknown scheme 'nonsense'") and proc.stderr.count("\n") == 1
