@@ -245,8 +245,8 @@ def probe_readme(record: Dict, out: Path) -> str:
 block k (a fairseq layer): the L2 norm of the gradient of all its parameters, and for adjacent
 blocks the relative difference ||x^ln_(k+1) - x^ln_k|| / ||x^ln_k|| and the cosine similarity
 of their inputs, per token (padding excluded) and averaged. x^ln_k is what block k hands its
-first sub-layer (self-attention): LN(x^a_k) for Pre-LN, the block input for Post-LN, the x^ln
-half of ResiDual's packed input (definition and per-scheme notes: `fairseq_residual_tools/analysis/probes.py`).
+first sub-layer (self-attention): LN(x^a_k) for Pre-LN, the block input for Post-LN, and
+ResiDual's x^ln input (definition and per-scheme notes: `fairseq_residual_tools/analysis/probes.py`).
 Numbers below: mean ± std over seeds.
 
 ## Gradient norm of the bottom block relative to the top block (Theorem 3.1)
