@@ -1,13 +1,15 @@
 """SIGKILL a fairseq training again and again, many times inside a checkpoint save, and check the result.
 
-Each start of one ``fairseq-train`` command (a save after every update) is killed 0-80 ms after its 1st
-or 2nd "Saving checkpoint to" log line or at a random moment (starting, loading, training, validating; at
-the latest when its 2nd save begins). After each kill every ``checkpoint*.pt`` must load in full and the
-next start must resume from the update count in ``checkpoint_last.pt`` (and remove the killed save's
-``.tmp`` files). With ``--epoch-ends N``, starts are also killed inside the saves of the updates at and next
-to the first N epoch ends of the uninterrupted run (its last update of each epoch, the one before and the
-first of the next epoch). The last start runs to ``--max-update``; its parameters, optimizer state and
-update count must be bit-identical to those of one uninterrupted run.
+Each start of one ``fairseq-train`` command (a save after every update) is killed at a random moment
+of its 1st or 2nd save (0 to the uninterrupted run's median save time after its "Saving checkpoint to"
+log line, so that kills span the whole save on any machine and checkpoint size) or at a random moment
+(starting, loading, training, validating; at the latest when its 2nd save begins). After each kill every
+``checkpoint*.pt`` must load in full and the next start must resume from the update count in
+``checkpoint_last.pt`` (and remove the killed save's ``.tmp`` files). With ``--epoch-ends N``, starts are
+also killed inside the saves of the updates at and next to the first N epoch ends of the uninterrupted run
+(its last update of each epoch, the one before and the first of the next epoch). The last start runs to
+``--max-update``; its parameters, optimizer state and update count must be bit-identical to those of one
+uninterrupted run.
 
 To make many kills affordable, each start is a fork of this process with fairseq and the plugin
 already imported (``fairseq_cli.train.cli_main`` with the command's arguments, one torch thread),
@@ -26,6 +28,7 @@ import random
 import re
 import shutil
 import signal
+import statistics
 import sys
 import time
 import traceback
@@ -44,8 +47,8 @@ from .runner import PLUGIN_DIR
 #: 57 updates per epoch; its test passes ``max_tokens=1024``, 26 per epoch, to cross several epoch ends)
 SIZES = {"small": (2, 64, 128, 2, 512), "large": (2, 256, 1024, 4, 1024)}
 
-#: the share of kills at a random moment, and the latest kill after a save began (s)
-ANYTIME_SHARE, MAX_DELAY = 0.25, 0.08
+#: the share of kills at a random moment
+ANYTIME_SHARE = 0.25
 SAVING = "Saving checkpoint to"
 SAVED = "Saved checkpoint"
 _EPOCH_END = re.compile(r"\| train \| epoch (\d+) \|.*?\| num_updates (\d+) \|")  # an epoch's summary line
@@ -167,6 +170,7 @@ class StressReport:
     epoch_ends: list = field(default_factory=list)  # the uninterrupted run's last update of each epoch checked
     kills_next_to_epoch_ends: list = field(default_factory=list)  # the updates whose save was killed
     kills_at_random_moments: int = 0
+    save_seconds: float = 0.0  # the uninterrupted run's median save: kills inside a save land 0 to this after it began
     starts: int = 0
     resumes_checked: int = 0
     failed_resumes: list = field(default_factory=list)
@@ -232,6 +236,7 @@ def run_stress(databin, work, kills=20, size="small", max_update=None, seed=1, e
         if code != 0:
             raise RuntimeError(f"the uninterrupted run failed ({code}):\n{log[-3000:]}")
         first_save = _seconds_to_first_save(log)
+        report.save_seconds = _median_save_seconds(log)
         report.epoch_ends = [int(u) for _, u in _EPOCH_END.findall(log) if int(u) + 1 < max_update][:epoch_ends]
         if len(report.epoch_ends) < epoch_ends:
             raise ValueError(f"{max_update} updates end only {len(report.epoch_ends)} epochs before the last update")
@@ -257,10 +262,14 @@ def run_stress(databin, work, kills=20, size="small", max_update=None, seed=1, e
                     # train many updates, and the run could end before it has had its kills
                     schedule = {"kill_at": time.monotonic() + rng.uniform(0, 1.5 * first_save), "saves_before_kill": 2}
                 else:
-                    schedule = {"saves_before_kill": rng.randint(1, 2), "delay": rng.uniform(0, MAX_DELAY)}
+                    schedule = {"saves_before_kill": rng.randint(1, 2), "delay": rng.uniform(0, report.save_seconds)}
             elif targets:
                 target = targets[0]
-                schedule = {"after_update": target, "saves_before_kill": 1, "delay": rng.uniform(0, MAX_DELAY)}
+                schedule = {
+                    "after_update": target,
+                    "saves_before_kill": 1,
+                    "delay": rng.uniform(0, report.save_seconds),
+                }
             else:
                 schedule = {}  # the last start runs to the end
             is_killed, code, log = wait_or_kill(pid, log_path, offset, **schedule)
@@ -291,6 +300,23 @@ def run_stress(databin, work, kills=20, size="small", max_update=None, seed=1, e
 def _fresh(save_dir, log_path):
     shutil.rmtree(save_dir, ignore_errors=True)
     Path(log_path).write_text("")
+
+
+def _median_save_seconds(log) -> float:
+    """The median time from a "Saving checkpoint to" line to its "Saved checkpoint" line in ``log``."""
+    spans, began = [], None
+    for line in log.splitlines():
+        stamp = _STAMP.match(line)
+        if stamp is None:
+            continue
+        if SAVING in line:
+            began = datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f")
+        elif SAVED in line and began is not None:
+            spans.append((datetime.strptime(stamp.group(1), "%Y-%m-%d %H:%M:%S,%f") - began).total_seconds())
+            began = None
+    if not spans:
+        raise RuntimeError("the uninterrupted run logged no complete checkpoint save")
+    return statistics.median(spans)
 
 
 def _seconds_to_first_save(log) -> float:

@@ -22,7 +22,8 @@ def test_kills_at_and_next_to_three_epoch_ends_leave_no_corrupt_checkpoint_and_a
     # inside the save of each epoch's last update, of the update before and of the next epoch's first update
     assert report.kills_next_to_epoch_ends == sorted(e + d for e in report.epoch_ends for d in (-1, 0, 1))
     assert report.kills == 20 + 9
-    assert report.kills_inside_a_save >= 10, report  # the 0-80 ms after "Saving checkpoint to" land inside it
+    # 0 to the median save time after "Saving checkpoint to": most of the 24 land inside (23 and 26 observed)
+    assert report.kills_inside_a_save >= 14, report
     assert report.corrupt_files == []
     assert report.resumes_checked >= 20 and report.failed_resumes == []
     assert report.starts_that_removed_temporary_files >= 1 and report.temporary_files_not_removed == []
