@@ -4,9 +4,10 @@ Each entry below names the library, the category and the message of one line tha
 or fairscale print on every run here, none of which the user can act on; nothing else is filtered (never a
 whole category or module). ``FAIRSEQ_RESIDUAL_VERBOSE=1`` leaves everything as it is.
 
-The plugin applies this first thing on import. fairseq's own CLIs (``fairseq-train --user-dir ...``)
-import fairseq before the plugin, so the lines printed while fairseq loads (``KNOWN_AT_FAIRSEQ_IMPORT``)
-still appear there; the project's console commands apply this before they import fairseq.
+The plugin applies this first thing on import; the project's console commands apply it before they import
+fairseq. fairseq's own CLIs (``fairseq-train --user-dir ...``) import fairseq before the plugin: of what
+fairseq's import prints, fairscale's warnings are silenced by the .pth file that setup.py installs (Python
+reads it at startup), and tensorboardX, a requirement, keeps fairseq from logging its absence.
 
 This module imports nothing outside the standard library: the console commands load it without the
 plugin's ``__init__`` (which imports fairseq).
@@ -21,7 +22,8 @@ VERBOSE_VARIABLE = "FAIRSEQ_RESIDUAL_VERBOSE"
 #: (category, message regex, module regex) of each silenced warning; the module is the one Python
 #: attributes the warning to ("" where that is the caller's frame, which varies with the entry point)
 KNOWN_WARNINGS = [
-    # fairscale's import (via fairseq's FSDP wrapper): its own use of a deprecated torch decorator
+    # fairscale's import (via fairseq's FSDP wrapper): its own use of a deprecated torch decorator (also
+    # installed at startup by setup.py's fairseq_residual_quiet.pth, for fairseq's own CLIs)
     (FutureWarning, r"`torch\.cuda\.amp\.custom_(fwd|bwd)\(args\.\.\.\)` is deprecated", r"fairscale\."),
     # fairseq's train step wraps every forward in torch.cuda.amp.autocast(enabled=False) on CPU too
     (FutureWarning, r"`torch\.cuda\.amp\.autocast\(args\.\.\.\)` is deprecated", r"fairseq\."),
@@ -53,9 +55,6 @@ CONFIG_DUMP_LOGGERS = [
     "fairseq_cli.preprocess",
     "fairseq.models.fairseq_model",  # from_pretrained (hub.load_translator)
 ]
-
-#: of the lines above, those printed while fairseq itself is imported, before any --user-dir
-KNOWN_AT_FAIRSEQ_IMPORT = ["FutureWarning: `torch.cuda.amp.custom_", "Please install tensorboardX"]
 
 
 class _KnownRecords(logging.Filter):

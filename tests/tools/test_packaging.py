@@ -1,20 +1,25 @@
 """The package as pip and ``python -m build`` see it: metadata from pyproject.toml only (setup.py is a shim), a
 wheel and an sdist with the plugin, the tools and the hydra configs, and an install into a fresh venv."""
 
+import ast
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tarfile
+import warnings
 import zipfile
 from pathlib import Path
 
 import pytest
 
+from fairseq_residual.quiet import KNOWN_WARNINGS, VERBOSE_VARIABLE
+
 ROOT = Path(__file__).resolve().parents[2]
 #: what a source tree needs to build; tests/, results/ and .venv stay out of the copy
 SOURCES = ["pyproject.toml", "setup.py", "README.md", "configs", "fairseq_residual", "fairseq_residual_tools"]
+PTH = "fairseq_residual_quiet.pth"
 CONFIGS = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "configs").rglob("*.yaml"))
 
 
@@ -40,10 +45,35 @@ def dist(tmp_path_factory):
 
 
 def test_setup_py_takes_every_piece_of_metadata_from_pyproject():
-    assert (ROOT / "setup.py").read_text().count("setup(") == 1  # no arguments: nothing to keep in step
+    # setup() gets build commands only (the .pth below): nothing to keep in step with pyproject.toml
+    assert "setup(cmdclass={" in (ROOT / "setup.py").read_text()
     proc = subprocess.run([sys.executable, "setup.py", "--name", "--version"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split()[-2:] == ["fairseq_residual", "0.1.0"]
+
+
+def pth_line():
+    """setup.py's PTH_LINE, read without running setup.py."""
+    tree = ast.parse((ROOT / "setup.py").read_text())
+    (value,) = [n.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "PTH_LINE"]
+    return ast.literal_eval(value)
+
+
+def test_the_pth_line_installs_quiet_pys_fairscale_filter_unless_verbose(monkeypatch):
+    (fairscale,) = [(c, m, mod) for c, m, mod in KNOWN_WARNINGS if mod == r"fairscale\."]
+    assert pth_line().startswith("import ") and pth_line().count("\n") == 1  # what site.py executes
+    with warnings.catch_warnings():
+        warnings.resetwarnings()
+        warnings.filterwarnings("ignore", message=fairscale[1], category=fairscale[0], module=fairscale[2])
+        expected = warnings.filters[0]
+        warnings.resetwarnings()
+        monkeypatch.delenv(VERBOSE_VARIABLE, raising=False)
+        exec(pth_line())
+        assert warnings.filters == [expected]
+        warnings.resetwarnings()
+        monkeypatch.setenv(VERBOSE_VARIABLE, "1")
+        exec(pth_line())
+        assert warnings.filters == []
 
 
 def test_the_wheel_carries_the_plugin_the_tools_and_the_configs(dist):
@@ -54,6 +84,7 @@ def test_the_wheel_carries_the_plugin_the_tools_and_the_configs(dist):
     for module in ["fairseq_residual_tools/console.py", "fairseq_residual_tools/repro/cli.py"]:
         assert module in names
     assert "fairseq_residual_tools/dataprep/checksums.json" in names
+    assert zipfile.ZipFile(wheel).read(PTH).decode() == pth_line()  # at the root: pip puts it in site-packages
     data = "fairseq_residual-0.1.0.data/data/share/fairseq_residual/"
     assert {n[len(data) :] for n in names if n.startswith(data)} == set(CONFIGS)
     assert not [n for n in names if n.startswith(("tests/", "results/", "scripts/"))]
@@ -87,6 +118,22 @@ def test_pip_install_of_the_wheel_into_a_fresh_venv(dist, tmp_path):
     configs = Path(prefix) / "share" / "fairseq_residual" / "configs"
     assert sorted(str(p.relative_to(configs.parent)) for p in configs.rglob("*.yaml")) == CONFIGS
     assert (venv / "bin" / "fairseq-residual-train").is_file()
+    (site_packages,) = venv.glob("lib/python*/site-packages")
+    assert (site_packages / PTH).read_text() == pth_line()
+
+
+@pytest.mark.slow
+def test_an_editable_install_puts_the_pth_into_site_packages(tmp_path):
+    """pip install -e . (as make install does), into a prefix: the .pth beside setuptools' own; uninstalled with it."""
+    prefix = tmp_path / "prefix"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
+    install = [*pip, "install", "--no-deps", "--no-build-isolation", "--prefix", str(prefix), "-e", str(ROOT)]
+    proc = subprocess.run(install, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (site_packages,) = prefix.glob("lib/python*/site-packages")
+    assert (site_packages / PTH).read_text() == pth_line()
+    record = next(site_packages.glob("fairseq_residual-*.dist-info")) / "RECORD"
+    assert any(line.startswith(PTH + ",") for line in record.read_text().splitlines())
 
 
 @pytest.mark.slow
