@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import warnings
 import zipfile
@@ -127,9 +128,13 @@ def test_an_editable_install_puts_the_pth_into_site_packages(tmp_path):
     """pip install -e . (as make install does), into a prefix: the .pth beside setuptools' own; uninstalled with it."""
     prefix = tmp_path / "prefix"
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check"]
-    install = [*pip, "install", "--no-deps", "--no-build-isolation", "--prefix", str(prefix), "-e", str(ROOT)]
+    # --ignore-installed: pip would otherwise first uninstall the package from the environment running the tests
+    install = [*pip, "install", "--no-deps", "--no-build-isolation", "--ignore-installed", "--prefix", str(prefix)]
+    install += ["-e", str(ROOT)]
+    ours = sorted(Path(sysconfig.get_path("purelib")).glob("*fairseq_residual*"))
     proc = subprocess.run(install, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(Path(sysconfig.get_path("purelib")).glob("*fairseq_residual*")) == ours  # this install untouched
     (site_packages,) = prefix.glob("lib/python*/site-packages")
     assert (site_packages / PTH).read_text() == pth_line()
     record = next(site_packages.glob("fairseq_residual-*.dist-info")) / "RECORD"
