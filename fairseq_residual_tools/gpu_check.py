@@ -90,10 +90,13 @@ def bench_outcome(bench: dict) -> str:
     from .bench.report import target_checks
 
     checks = [
-        f"{c['what']} {c['value']:.3f} ({c['target']}: {'holds' if c['holds'] else 'does not hold'})"
-        for c in target_checks(bench)
+        f"{c['what']} {c['value']:.3f}{_interval(c)} ({c['target']}: {c['verdict']})" for c in target_checks(bench)
     ]
     return "; ".join(checks) + "; the tables are in bench/bench.md"
+
+
+def _interval(check: dict) -> str:
+    return f" [{check['interval'][0]:.3f}–{check['interval'][1]:.3f}]" if "interval" in check else ""
 
 
 def torchrun_outcome(text: str) -> str:

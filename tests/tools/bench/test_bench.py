@@ -297,10 +297,11 @@ def test_residual_uses_the_linear_kernels_and_saved_memory_of_pre_ln():
 
 def test_targets_are_judged_at_the_three_decimals_the_report_shows():
     def checks(peak, generate):
+        rounds = {"stock-pre": {"wall_s": [1.0] * 10}}
         size = {
             "size": {"name": "s"},
-            "train": {"residual": {"ratio_to_reference": {"median": 1.0}}},
-            "generate": {"residual": {"ratio_to_reference": {"median": generate}}},
+            "train": {**rounds, "residual": {"wall_s": [1.0] * 10}},
+            "generate": {**rounds, "residual": {"wall_s": [1 / generate] * 10}},
             "memory": {"residual": {"peak_mb_ratio": peak}},
         }
         return [c["holds"] for c in report.target_checks({"sizes": [size]})]
@@ -308,3 +309,31 @@ def test_targets_are_judged_at_the_three_decimals_the_report_shows():
     # 256 bytes more in 2.9 GB (the scheme tag buffer) is 1.000 at the report's precision; 0.1 % more is not
     assert checks(1.0000000843, 0.990) == [True, True, True]
     assert checks(1.001, 0.9894) == [True, False, False]
+
+
+def test_the_interval_of_a_median_is_distribution_free_and_widens_with_fewer_rounds():
+    # n = 10: the 2nd and 9th values, coverage 1 - 2 (1 + 10) / 1024
+    assert report.median_interval(range(1, 11)) == (2, 9, 1 - 22 / 1024)
+    # n = 4 cannot reach 95 %: min and max, 1 - 2 / 16
+    assert report.median_interval([3, 1, 4, 2]) == (1, 4, 0.875)
+    # n = 20: the 6th and 15th (coverage 95.9 %; the 7th and 14th would be 88.5 %)
+    low, high, coverage = report.median_interval(range(1, 21))
+    assert (low, high) == (6, 15) and 0.95 < coverage < 0.96
+
+
+def test_a_speed_target_holds_only_when_the_whole_interval_meets_it():
+    def verdict(ratios, target="residual_train"):
+        n = len(ratios)
+        size = {
+            "size": {"name": "s"},
+            "train": {"stock-pre": {"wall_s": [1.0] * n}, "residual": {"wall_s": [1 / r for r in ratios]}},
+            "generate": {"stock-pre": {"wall_s": [1.0]}, "residual": {"wall_s": [1.0]}},
+            "memory": {"residual": {"peak_mb_ratio": 1.0}},
+        }
+        (check,) = [c for c in report.target_checks({"sizes": [size]}) if c["what"].startswith("ResiDual training")]
+        return check["verdict"], round(check["value"], 3)
+
+    assert verdict([0.995] * 10) == ("holds", 0.995)
+    # a median above the target with rounds below it: the interval (2nd-9th of 10) reaches under 0.99
+    assert verdict([0.95, 0.96, 0.97, 1.0, 1.01, 1.02, 1.03, 1.04, 1.05, 1.06]) == ("not resolved", 1.015)
+    assert verdict([0.90, 0.95, 0.96, 0.97, 0.97, 0.97, 0.98, 0.98, 0.985, 1.05]) == ("does not hold", 0.97)
