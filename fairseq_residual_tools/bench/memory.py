@@ -12,11 +12,15 @@
   excluded): which tensors a scheme keeps alive.
 """
 
+import contextlib
 import ctypes
 import gc
 import itertools
+import os
 import re
-from typing import Callable, Dict, Iterable, Optional
+import sys
+import tempfile
+from typing import Callable, Dict, Iterable, Iterator, Optional
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -25,6 +29,29 @@ from .steps import SyntheticTask, TrainingStep, synthetic_batch
 from .variants import Size, Variant, build_variant
 
 MB = 2**20
+#: the lines kineto (torch's profiler) writes straight to file descriptor 2 at each start and stop of a
+#: profile, whatever its log level: "USDT:<date> <time> <pid>:<tid> <file>.cpp:<line>] profiler_start"
+_KINETO_LINE = re.compile(rb"(USDT|STAGE):\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \d+:\d+ \w+\.cpp:\d+\] ")
+
+
+@contextlib.contextmanager
+def _without_kineto_lines() -> Iterator[None]:
+    """File descriptor 2 goes to a temporary file inside the block; afterwards every line of it but
+    kineto's is written to the real one (the benchmark's stderr holds its progress lines only)."""
+    sys.stderr.flush()
+    real = os.dup(2)
+    with tempfile.TemporaryFile() as captured:
+        os.dup2(captured.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(real, 2)
+            os.close(real)
+            captured.seek(0)
+            kept = b"".join(line for line in captured if not _KINETO_LINE.match(line))
+            if kept:
+                os.write(2, kept)
 
 
 def saved_for_backward_bytes(forward: Callable[[], torch.Tensor], exclude: Iterable[torch.Tensor] = ()) -> int:
@@ -49,7 +76,7 @@ def saved_for_backward_bytes(forward: Callable[[], torch.Tensor], exclude: Itera
 
 def step_allocation_peak_bytes(step: Callable[[], object]) -> int:
     """Peak over ``step`` of the bytes of CPU tensors it allocated and had not yet freed."""
-    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+    with _without_kineto_lines(), profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
     # the profiler's raw events: one "[memory]" event per allocation (+) and free (-)
     events = sorted((e.start_ns(), e.nbytes()) for e in prof.profiler.kineto_results.events() if e.name() == "[memory]")

@@ -5,6 +5,7 @@ No timing is asserted: the figures live in results/bench/, written by `make benc
 
 import dataclasses
 import json
+import subprocess
 import sys
 from collections import Counter
 
@@ -337,3 +338,24 @@ def test_a_speed_target_holds_only_when_the_whole_interval_meets_it():
     # a median above the target with rounds below it: the interval (2nd-9th of 10) reaches under 0.99
     assert verdict([0.95, 0.96, 0.97, 1.0, 1.01, 1.02, 1.03, 1.04, 1.05, 1.06]) == ("not resolved", 1.015)
     assert verdict([0.90, 0.95, 0.96, 0.97, 0.97, 0.97, 0.98, 0.98, 0.985, 1.05]) == ("does not hold", 0.97)
+
+
+def test_the_peak_probe_keeps_kineto_lines_off_stderr_and_everything_else_on_it(tmp_path):
+    """torch's profiler (kineto) writes two lines to fd 2 at each profile whatever its log level; the
+    benchmark's memory probes run it once per variant, so `make bench` printed 26 of them."""
+    code = (
+        "import os, torch\n"
+        "from torch.profiler import ProfilerActivity, profile\n"
+        "from fairseq_residual_tools.bench.memory import step_allocation_peak_bytes\n"
+        "with profile(activities=[ProfilerActivity.CPU], profile_memory=True):\n"
+        "    torch.ones(10) + 1\n"
+        "os.write(2, b'--- probe\\n')\n"
+        "peak = step_allocation_peak_bytes(lambda: (torch.ones(1000) + 1, os.write(2, b'the step\\'s own line\\n')))\n"
+        "print(peak)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    plain, probed = proc.stderr.split("--- probe\n")
+    assert "] profiler_start" in plain  # what kineto prints: the premise
+    assert probed == "the step's own line\n"
+    assert int(proc.stdout) >= 2 * 4000
