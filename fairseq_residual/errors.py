@@ -21,7 +21,9 @@ is unset, so that exceptions reach the hook: user errors print one line, others
 their full traceback.
 """
 
+import logging
 import os
+import signal
 import sys
 from typing import Optional
 
@@ -133,7 +135,10 @@ def _one_line_excepthook(previous):
             return previous(exc_type, exc, tb)
         if issubclass(exc_type, KeyboardInterrupt):
             stopped = where_training_stopped(tb)
-            return previous(exc_type, exc, tb) if stopped is None else sys.stderr.write(f"{stopped}\n")
+            if stopped is None:
+                return previous(exc_type, exc, tb)
+            sys.stderr.write(f"{stopped}\n")
+            return _end_as_interrupted()
         message = one_line_message(exc)
         if message is None:
             previous(exc_type, exc, tb)
@@ -142,6 +147,18 @@ def _one_line_excepthook(previous):
 
     hook.fairseq_residual = True  # type: ignore[attr-defined]  # the mark that it is applied
     return hook
+
+
+def _end_as_interrupted():
+    """End the process as Python ends it after an uncaught Ctrl-C (killed by SIGINT: status 130 in a
+    shell), but without the interpreter's teardown: after an interrupted fairseq training, that teardown
+    sometimes aborted in native code ("terminate called without an active exception", SIGABRT, in about
+    one CI run in four). Nothing is left to finalise: checkpoints are whole files, the logs are flushed here."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def install_excepthook():
