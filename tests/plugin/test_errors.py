@@ -1,5 +1,6 @@
 """Bad input ends with one clear line naming the problem and the fix, never a traceback."""
 
+import functools
 import os
 import re
 import signal
@@ -177,12 +178,19 @@ def test_ctrl_c_during_training_is_one_line_saying_where_it_stopped_and_how_to_r
     save_dir = tmp_path / "ckpt"
     argv = [sys.executable, "-m", *train_args(demo_databin.databin, save_dir, max_update=10_000)]
     env = {k: v for k, v in os.environ.items() if k != "FAIRSEQ_RESIDUAL_TRACEBACK"}
-    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    for line in proc.stdout:  # saves every 4 updates: interrupt after the second save
-        if "Saved checkpoint" in line and "@ 8 updates" in line:
-            break
-    proc.send_signal(signal.SIGINT)
-    stdout, stderr = proc.communicate(timeout=120)
+    # Ctrl-C's SIGINT as a terminal delivers it: a test run started in the background (`make test &`) inherits
+    # SIGINT ignored, and Python then installs no KeyboardInterrupt handler (the training ran on for 18 min)
+    terminal = functools.partial(signal.signal, signal.SIGINT, signal.SIG_DFL)
+    pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(argv, cwd=tmp_path, env=env, preexec_fn=terminal, **pipes)
+    try:
+        for line in proc.stdout:  # saves every 4 updates: interrupt after the second save
+            if "Saved checkpoint" in line and "@ 8 updates" in line:
+                break
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
     assert proc.returncode == -signal.SIGINT and "Traceback" not in stderr, stderr[-3000:]
     (line,) = [line for line in stderr.splitlines() if "KeyboardInterrupt" in line or line.startswith("stopped")]
     saved = torch.load(save_dir / "checkpoint_last.pt", map_location="cpu", weights_only=False)
