@@ -60,6 +60,11 @@ class DataError(UserError, FileNotFoundError):
     """Missing or malformed input data."""
 
 
+class OptionError(UserError):
+    """A command-line option's value that the plugin does not take, found while fairseq parses its command line.
+    Not a ValueError, which argparse would catch and report after the usage of every fairseq option."""
+
+
 #: (type, start of the message) of an error fairseq's code raises for a command-line mistake -> the report
 FAIRSEQ_MISTAKES = [
     (
