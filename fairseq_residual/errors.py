@@ -65,6 +65,10 @@ class OptionError(UserError):
     Not a ValueError, which argparse would catch and report after the usage of every fairseq option."""
 
 
+class UnsafeCheckpointError(UserError, RuntimeError):
+    """A checkpoint file whose pickle calls code (a global outside torch's safe-loading allowlist)."""
+
+
 #: (type, start of the message) of an error fairseq's code raises for a command-line mistake -> the report
 FAIRSEQ_MISTAKES = [
     (
