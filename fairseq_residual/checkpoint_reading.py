@@ -111,6 +111,15 @@ def _load_lazily(path: str):
     raise _Unreadable(reason)
 
 
+def read_checkpoint(path: str):
+    """The contents of the checkpoint file ``path``, its tensors memory-mapped; one line (``CheckpointFileError``,
+    ``UnsafeCheckpointError``) when it cannot be read."""
+    try:
+        return _load_lazily(path)
+    except _Unreadable as unreadable:
+        raise CheckpointFileError(f"cannot read checkpoint {path}: it {unreadable}") from None
+
+
 def recorded_updates(state) -> int:
     history = state.get("optimizer_history") or [{}]
     return int(history[-1].get("num_updates", 0))
