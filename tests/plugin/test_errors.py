@@ -10,7 +10,7 @@ import sys
 import fairseq
 import pytest
 import torch
-from helpers import PLUGIN_DIR, TINY_MODEL, TinyTask, build_model, run_cli, train_args
+from helpers import PLUGIN_DIR, ROOT, TINY_MODEL, TinyTask, build_model, run_cli, train_args
 
 from fairseq_residual.errors import CheckpointMismatchError, ConfigError, one_line_message
 from fairseq_residual.model import SCHEME_KEY
@@ -32,6 +32,19 @@ def test_unknown_scheme_is_one_line_naming_the_choices(tmp_path):
         "error: unknown residual scheme 'residul'; choose one of: post, pre, residual, deepnet, b2t, admin, tfixup, "
         "dlcl (--residual-scheme / model.residual_scheme)\n"
     )
+
+
+@pytest.mark.slow
+def test_unknown_scheme_under_fairseq_hydra_train_is_the_same_one_line(demo_databin, tmp_path):
+    """omegaconf refused it in a 90-line traceback."""
+    overrides = [f"task.data={demo_databin.databin}", f"common.user_dir={PLUGIN_DIR}", "model.residual_scheme=residul"]
+    config = ["--config-dir", str(ROOT / "configs"), "--config-name", "small"]
+    proc = run_cli(["fairseq_cli.hydra_train", *config, *overrides], cwd=tmp_path, check=False)
+    assert proc.returncode == 1 and proc.stderr.splitlines()[-1] == (
+        "error: unknown residual scheme 'residul'; choose one of: post, pre, residual, deepnet, b2t, admin, tfixup, "
+        "dlcl (--residual-scheme / model.residual_scheme)"
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
 
 
 def test_unknown_scheme_in_code_names_the_choices():
