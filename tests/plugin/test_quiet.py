@@ -85,6 +85,7 @@ def test_fairseq_residual_verbose_shows_the_third_party_lines(trained, tmp_path)
     fragments = ["torch.cuda.amp.custom_fwd", "hydra.experimental.initialize()", "'pin_memory' argument"]
     for fragment in [*fragments, "torch.cuda.amp.autocast"]:
         assert fragment in shown
+    assert "fairseq.tasks.fairseq_task | can_reuse_epoch_itr = " in proc.stdout  # fairseq-train logs to stdout
 
 
 def test_fairseq_generate_and_interactive_print_only_their_own_log(trained, demo_databin):
