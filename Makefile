@@ -7,14 +7,14 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/pip install --disable-pip-version-check
-# the install is redone only when pyproject.toml, setup.py or constraints.txt changes
+# the install is redone only when pyproject.toml, setup.py, constraints.txt or quiet.py (the .pth line) changes
 STAMP  := $(VENV)/.installed-stamp
 
 .PHONY: install test lint demo bench constraints clean-venv
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py constraints.txt
+$(STAMP): pyproject.toml setup.py constraints.txt fairseq_residual/quiet.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	# torch first, at the tested version: the CPU build where one is offered, so that no other build is resolved
 	$(PIP) -c constraints.txt torch

@@ -14,10 +14,14 @@ never runs again. Loading the plugin changes this:
   rank can read, so that no rank resumes at another update than the others;
 * resuming a checkpoint of another architecture names both architectures; resuming or generating
   with other dimensions (``--encoder-ffn-embed-dim``, ``--model-overrides``, ...) names the options and
-  both values; a dictionary that changed since the checkpoint was trained (data prep re-run with other
-  options) says so, with both sizes;
+  both values; a data folder whose dictionary is not the checkpoint's says whether it is the folder the
+  checkpoint was trained on, prepared again with other options, or another one, with both sizes and the
+  fix for the command that was run (resuming or generating);
 * ``fairseq-generate`` / ``fairseq-interactive`` (``load_model_ensemble_and_task`` and
   ``load_checkpoint_to_cpu``) on a missing or truncated ``--path`` stop with one line naming it;
+* a checkpoint that torch's safe loading refuses because its pickle calls code (``os.system``, any global
+  outside the allowlist of ``checkpoint_loading``) stops with one line naming the file and the globals
+  (``refusal``), for ``--path`` and for resuming; nothing in it runs;
 * resuming after the first epoch continues with the batches the uninterrupted run uses
   (``same_batches_every_epoch``), so that a resumed run ends bit-identical to an uninterrupted one.
 
@@ -31,6 +35,7 @@ import functools
 import inspect
 import logging
 import os
+import pickle
 import re
 import zipfile
 from pathlib import Path
@@ -48,6 +53,7 @@ from .errors import (
     CheckpointMismatchError,
     DictionaryChangedError,
     DimensionMismatchError,
+    UnsafeCheckpointError,
 )
 
 logger = logging.getLogger(__name__)
@@ -71,17 +77,47 @@ class _Unreadable(Exception):
     """``str()`` is what is wrong with the file, as ``damage`` words it."""
 
 
+def refusal(path: str, error: BaseException) -> Optional[UnsafeCheckpointError]:
+    """The one-line error for a checkpoint that torch's safe loading refused (``error``) because its pickle calls
+    code, naming the globals it holds (read from the file without running them); None for any other error."""
+    if _find(error, pickle.UnpicklingError) is None:
+        return None
+    unsafe = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+    if not unsafe:
+        return None
+    return UnsafeCheckpointError(
+        f"{path} is not a plain fairseq checkpoint: it holds the global{'s' if len(unsafe) > 1 else ''} "
+        f"{', '.join(unsafe)}, which loading would run as code (torch's safe loading refused it); only if you "
+        "trust the file and where it came from, load it with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 in the environment"
+    )
+
+
 def _load_lazily(path: str):
     """The checkpoint's contents with tensors memory-mapped (cheap for any size); ``_Unreadable`` if damaged."""
     reason = damage(path)
     if reason is None:
-        return torch.load(path, map_location="cpu", mmap=True)
+        try:
+            return torch.load(path, map_location="cpu", mmap=True)
+        except pickle.UnpicklingError as error:
+            refused = refusal(path, error)
+            if refused is None:
+                raise
+            raise refused from error
     if os.path.isfile(path) and os.path.getsize(path) > 0:
         try:  # the legacy (pre-zip) format is not a zip archive and cannot be memory-mapped
             return torch.load(path, map_location="cpu")
         except Exception:
             pass
     raise _Unreadable(reason)
+
+
+def read_checkpoint(path: str):
+    """The contents of the checkpoint file ``path``, its tensors memory-mapped; one line (``CheckpointFileError``,
+    ``UnsafeCheckpointError``) when it cannot be read."""
+    try:
+        return _load_lazily(path)
+    except _Unreadable as unreadable:
+        raise CheckpointFileError(f"cannot read checkpoint {path}: it {unreadable}") from None
 
 
 def recorded_updates(state) -> int:
@@ -226,10 +262,11 @@ def _trained_model_cfg(state):
     return state.get("args") or {}
 
 
-def _shape_mismatch(error: Exception, filename: str, run_option, data: str):
+def _shape_mismatch(error: Exception, filename: str, run_option, data: str, resuming: bool):
     """The one-line error for parameters of other shapes than the checkpoint's, or None.
 
-    ``run_option(key)`` is this run's value of a model option (None where it keeps the checkpoint's)."""
+    ``run_option(key)`` is this run's value of a model option (None where it keeps the checkpoint's); ``resuming``:
+    training resumes from the checkpoint (else fairseq-generate, fairseq-interactive or the hub loads it)."""
     messages: List[BaseException] = []
     cause: Optional[BaseException] = error
     while cause is not None and cause not in messages:
@@ -238,7 +275,8 @@ def _shape_mismatch(error: Exception, filename: str, run_option, data: str):
     text = "\n".join(str(e) for e in messages)
     if not any(s in text for s in ("size mismatch for", "Missing key(s)", "Unexpected key(s)")):
         return None
-    trained_cfg = _trained_model_cfg(_load_lazily(filename))
+    state = _load_lazily(filename)
+    trained_cfg = _trained_model_cfg(state)
     differ = []
     for key in SHAPE_OPTIONS:
         trained, running = _option(trained_cfg, key), run_option(key)
@@ -247,20 +285,44 @@ def _shape_mismatch(error: Exception, filename: str, run_option, data: str):
     if differ:
         trained_text = ", ".join(f"{option} {trained}" for option, trained, _ in differ)
         running_text = ", ".join(f"{option} {running}" for option, _, running in differ)
+        fix = "use the checkpoint's values, or train the new ones in another --save-dir"
         return DimensionMismatchError(
             f"{filename} was trained with {trained_text}, but this run uses {running_text}; "
-            "use the checkpoint's values, or train the new ones in another --save-dir"
+            + (fix if resuming else "leave them out of --model-overrides to use the checkpoint's")
         )
     rows = {m.group(1): (int(m.group(2)), int(m.group(3))) for m in _SIZE_MISMATCH.finditer(text)}
     vocabulary = [rows[k] for k in rows if k.endswith(("embed_tokens.weight", "output_projection.weight"))]
     if vocabulary and len(vocabulary) == len(rows):
         then, now = vocabulary[0]
-        return DictionaryChangedError(
-            f"the dictionary of {data} changed since {filename} was trained: {then} words then, {now} words now; "
-            "use the data folder it was trained on (or re-run data preparation with the options it was trained "
-            "with), or train a new model in another --save-dir"
-        )
+        return _dictionary_mismatch(filename, _trained_data(state), data, (then, now), resuming)
     return None
+
+
+def _trained_data(state) -> Optional[str]:
+    """The data folder the checkpoint's training read, as its command line gave it."""
+    if state.get("cfg") is not None and state["cfg"].get("task") is not None:
+        return state["cfg"]["task"].get("data")
+    return getattr(state.get("args"), "data", None)
+
+
+def _dictionary_mismatch(filename: str, trained_on: Optional[str], data: str, words, resuming: bool):
+    """The data folder's dictionary is not the checkpoint's: the same folder prepared again (or a folder the
+    checkpoint does not name), or another folder altogether; the fix for the command that loads it."""
+    then, now = words
+    if trained_on is not None and os.path.realpath(trained_on) != os.path.realpath(data):
+        what = f"{filename} was trained on {trained_on} ({then} words in its dictionary), not on {data} ({now} words)"
+        fix = f"{'resume with' if resuming else 'give'} the data folder it was trained on ({trained_on})"
+        fix += f", or train on {data} in another --save-dir" if resuming else ""
+    else:
+        what = (
+            f"the dictionary of {data} changed since {filename} was trained on it: {then} words then, {now} words "
+            "now (data preparation re-run with other options?)"
+            if trained_on is not None
+            else f"the dictionary of {data} has {now} words, {filename} was trained with {then}"
+        )
+        fix = "re-run data preparation with the options the model was trained with"
+        fix += ", or train on the new data in another --save-dir" if resuming else ""
+    return DictionaryChangedError(f"{what}; {fix}")
 
 
 def _data_folder(task) -> str:
@@ -282,7 +344,7 @@ def _resuming_load_checkpoint(load_checkpoint):
             mismatch = _architecture_mismatch(error, filename, self.cfg.model)
             if mismatch is None and damage(filename) is None:
                 run_option = functools.partial(_option, self.cfg.model)
-                mismatch = _shape_mismatch(error, filename, run_option, _data_folder(self.task))
+                mismatch = _shape_mismatch(error, filename, run_option, _data_folder(self.task), resuming=True)
             if mismatch is None:
                 raise
             raise mismatch from error
@@ -323,10 +385,15 @@ def _reporting_load_checkpoint_to_cpu(load_checkpoint_to_cpu):
         try:
             return load_checkpoint_to_cpu(path, *args, **kwargs)
         except Exception as error:
-            reason = None if PathManager.path_requires_pathmanager(path) else damage(path)
-            if reason is None:
+            if PathManager.path_requires_pathmanager(path):
                 raise
-            raise CheckpointFileError(f"cannot load checkpoint {path}: it {reason}; {_PATH_FIX}") from error
+            reason = damage(path)
+            if reason is not None:
+                raise CheckpointFileError(f"cannot load checkpoint {path}: it {reason}; {_PATH_FIX}") from error
+            refused = refusal(path, error)
+            if refused is None:
+                raise
+            raise refused from error
 
     load.fairseq_residual = True  # type: ignore[attr-defined]  # the mark that it is applied
     return load
@@ -359,7 +426,8 @@ def _checking_load_model_ensemble_and_task(load_model_ensemble_and_task):
             overrides = a["arg_overrides"] or {}
             mismatch = None
             for filename in local:
-                mismatch = mismatch or _shape_mismatch(error, filename, overrides.get, _data_folder(a["task"]))
+                data = _data_folder(a["task"])
+                mismatch = mismatch or _shape_mismatch(error, filename, overrides.get, data, resuming=False)
             if mismatch is None:
                 raise
             raise mismatch from error

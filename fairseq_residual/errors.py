@@ -9,10 +9,11 @@ exception, above all any raised by the user's own code, goes to Python's
 default hook unchanged. Set ``FAIRSEQ_RESIDUAL_TRACEBACK=1`` to see full
 tracebacks anyway.
 
-Two more become one line: fairseq's own errors for a command-line mistake it
+Three more become one line: fairseq's own errors for a command-line mistake it
 words without the fix (``FAIRSEQ_MISTAKES``, matched by type and message, raised
-in fairseq's code), and Ctrl-C during ``fairseq-train``, which says at which
-update training stopped and which checkpoint the same command resumes from.
+in fairseq's code), omegaconf's refusal of an unknown ``model.residual_scheme``
+(hydra), and Ctrl-C during ``fairseq-train``, which says at which update training
+stopped and which checkpoint the same command resumes from.
 
 ``fairseq-hydra-train`` runs inside Hydra, which catches every exception and
 prints its own shortened traceback unless ``HYDRA_FULL_ERROR`` is set. In that
@@ -60,6 +61,15 @@ class DataError(UserError, FileNotFoundError):
     """Missing or malformed input data."""
 
 
+class OptionError(UserError):
+    """A command-line option's value that the plugin does not take, found while fairseq parses its command line.
+    Not a ValueError, which argparse would catch and report after the usage of every fairseq option."""
+
+
+class UnsafeCheckpointError(UserError, RuntimeError):
+    """A checkpoint file whose pickle calls code (a global outside torch's safe-loading allowlist)."""
+
+
 #: (type, start of the message) of an error fairseq's code raises for a command-line mistake -> the report
 FAIRSEQ_MISTAKES = [
     (
@@ -78,12 +88,34 @@ def one_line_message(exc: BaseException):
         seen.add(id(cause))
         if isinstance(cause, UserError):
             return str(cause)
+        unknown_scheme = _unknown_scheme_in_config(cause)
+        if unknown_scheme is not None:
+            return unknown_scheme
         if not _raised_in_fairseq(cause):
             return None
         for kind, message_start, report in FAIRSEQ_MISTAKES:
             if isinstance(cause, kind) and str(cause).startswith(message_start):
                 return report
         cause = cause.__cause__ or cause.__context__
+    return None
+
+
+def _unknown_scheme_in_config(exc: BaseException) -> Optional[str]:
+    """hydra's ``model.residual_scheme=NAME`` of an unknown NAME, refused by omegaconf's check of the model's config
+    (its enum, while fairseq merges the config: a 90-line traceback), worded as ``--residual-scheme`` words it."""
+    from omegaconf.errors import ValidationError
+
+    from .config import ResidualTransformerConfig
+    from .schemes import UnknownSchemeError, get_scheme
+
+    if not isinstance(exc, ValidationError) or getattr(exc, "object_type", None) is not ResidualTransformerConfig:
+        return None
+    if getattr(exc, "key", None) != "residual_scheme":
+        return None
+    try:
+        get_scheme(getattr(exc, "value", None))
+    except UnknownSchemeError as unknown:
+        return str(unknown)
     return None
 
 

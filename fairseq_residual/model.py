@@ -26,8 +26,8 @@ from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from torch import Tensor, nn
 
 from .config import ResidualTransformerConfig, to_transformer_config
-from .errors import ArchitectureMismatchError, CheckpointMismatchError, ConfigError
-from .schemes import get_scheme
+from .errors import ArchitectureMismatchError, CheckpointMismatchError, ConfigError, OptionError
+from .schemes import SCHEMES, UnknownSchemeError, get_scheme
 
 logger = logging.getLogger(__name__)
 
@@ -227,6 +227,14 @@ def validate_dictionaries(cfg, task):
         )
 
 
+def _known_scheme(name: str) -> str:
+    """``--residual-scheme``'s value, or the one-line error naming the choices."""
+    try:
+        return get_scheme(name).name
+    except UnknownSchemeError as unknown:
+        raise OptionError(str(unknown)) from None
+
+
 def _divisor_hint(dim):
     return ", ".join(str(h) for h in (4, 8, 16) if dim % h == 0) or "1"
 
@@ -244,6 +252,10 @@ class ResidualTransformerModel(TransformerModelBase):
         # flat flags from the dataclass; no defaults in the parser so that the
         # --arch presets can fill in what the user did not set
         gen_parser_from_dataclass(parser, ResidualTransformerConfig(), delete_default=True)
+        # argparse's own check of the choices prints the usage of every fairseq option (~180 lines) before its
+        # error: the scheme is checked by its converter instead, whose OptionError argparse lets through
+        (scheme,) = [action for action in parser._actions if action.dest == "residual_scheme"]
+        scheme.choices, scheme.type, scheme.metavar = None, _known_scheme, "{" + ",".join(SCHEMES) + "}"
 
     @classmethod
     def build_model(cls, cfg, task):

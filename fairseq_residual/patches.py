@@ -78,9 +78,10 @@ PATCHES: List[Patch] = [
     Patch(
         "resume from a readable checkpoint",
         "Trainer.load_checkpoint falls back to the newest readable checkpoint; loading a checkpoint of another "
-        "scheme or architecture, or an unreadable --path, stops with one line naming both",
+        "scheme, architecture, dimensions or dictionary, an unreadable --path, or one that torch's safe loading "
+        "refuses (it carries code) stops with one line naming the file and the difference",
         "an unreadable checkpoint_last.pt stopped every later start; a wrong checkpoint failed with a long "
-        "state-dict traceback",
+        "state-dict or unpickling traceback",
         None,
         checkpoint_reading.apply,
         (

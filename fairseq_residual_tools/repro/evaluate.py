@@ -4,7 +4,6 @@ averaged, every test set decoded by ``fairseq-generate`` and scored by ``scoring
 
 import functools
 import json
-import re
 import shlex
 import time
 from dataclasses import asdict
@@ -13,8 +12,9 @@ from typing import List, Optional
 
 import torch
 
-from fairseq_residual.checkpoint_saving import write_atomically
+from fairseq_residual.checkpoint_reading import read_checkpoint, recorded_updates
 
+from ..average_checkpoints import numbered_checkpoints, write_average
 from ..errors import DataError, UserError
 from ..files import write_json
 from ..provenance import provenance
@@ -24,17 +24,13 @@ from .cells import AVERAGE_LAST, DATASETS, DECODING, ROOT, Dataset, parse_cell
 from .status import FAILS, NOT_RUN, TRAINED, launch_records, training_state
 from .tables import result_path
 
-#: a kind's numbered checkpoints, and the number that orders them
-_NUMBERED = {"epoch": re.compile(r"checkpoint(\d+)\.pt"), "update": re.compile(r"checkpoint_\d+_(\d+)\.pt")}
-
 
 def last_checkpoints(folder, n: int, kind: str) -> List[Path]:
-    """The newest ``n`` checkpoints of one kind (``_NUMBERED``), oldest first, the newest being ``checkpoint_last.pt``
-    when it holds more updates than every numbered one (training stopped at max_update between two numbered saves,
-    which only checkpoint_last.pt then holds); without any numbered one, ``checkpoint_last.pt``."""
+    """The newest ``n`` checkpoints of one kind (``average_checkpoints.PATTERNS``), oldest first, the newest being
+    ``checkpoint_last.pt`` when it holds more updates than every numbered one (training stopped at max_update between
+    two numbered saves, which only checkpoint_last.pt then holds); without any numbered one, ``checkpoint_last.pt``."""
     folder = Path(folder)
-    found = sorted((int(m[1]), p) for p in folder.glob("checkpoint*.pt") if (m := _NUMBERED[kind].fullmatch(p.name)))
-    paths = [p for _, p in found]
+    paths = [path for path, _ in reversed(numbered_checkpoints(folder, kind))]
     last = folder / "checkpoint_last.pt"
     if not paths or (last.is_file() and _updates(last) > _updates(paths[-1])):
         paths.append(last)
@@ -45,8 +41,7 @@ def last_checkpoints(folder, n: int, kind: str) -> List[Path]:
 
 def _updates(path: Path) -> int:
     """The update count recorded in a checkpoint (its tensors memory-mapped, not read)."""
-    state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
-    return int((state.get("optimizer_history") or [{}])[-1].get("num_updates", 0))
+    return recorded_updates(read_checkpoint(str(path)))
 
 
 def averaging_deviation(paths: List[Path], asked: int) -> Optional[str]:
@@ -55,26 +50,6 @@ def averaging_deviation(paths: List[Path], asked: int) -> Optional[str]:
         return None
     names = ", ".join(p.name for p in paths)
     return f"averaged {len(paths)} of the {asked} checkpoints asked: only these were saved ({names})"
-
-
-def average_checkpoints(paths: List[Path], out: Path) -> Path:
-    """Write the mean of ``paths``' parameters to ``out``, as fairseq's ``scripts/average_checkpoints.py`` (not
-    in the installed package), without the optimizer state (decoding does not need it; it is twice the model)."""
-    for i, path in enumerate(paths):
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        params = state["model"]
-        if i == 0:
-            total = {k: torch.zeros_like(v, dtype=torch.float64) for k, v in params.items() if v.is_floating_point()}
-            keys = params.keys()
-        elif params.keys() != keys:
-            raise DataError(f"{path} has other parameters than {paths[0]}: not checkpoints of one model")
-        for k in total:
-            total[k] += params[k].to(torch.float64)
-    # the newest checkpoint, its floating-point tensors replaced by the means (counters and the like stay its own)
-    state["model"] = {k: (total[k] / len(paths)).to(v.dtype) if k in total else v for k, v in params.items()}
-    state.pop("last_optimizer_state", None)
-    write_atomically(str(out), functools.partial(torch.save, state))  # a killed save leaves no truncated file
-    return out
 
 
 #: the trained model's options recorded with its scores
@@ -197,7 +172,7 @@ def evaluate(args) -> dict:
         print(f"then decode the test sets with beam {beam} (fairseq-generate) and score them as: {scoring_text}")
         print(f"and write {out_path}")
         return record
-    averaged = average_checkpoints(checkpoints, cell_dir / f"checkpoint.average{len(checkpoints)}.pt")
+    averaged = write_average(checkpoints, cell_dir / f"checkpoint.average{len(checkpoints)}.pt")
     cfg = torch.load(averaged, map_location="cpu", weights_only=True)["cfg"]
     task = cfg["task"]
     data = Path(args.data or task["data"])

@@ -50,10 +50,11 @@ class Batch:
     def tokens(self) -> int:
         return self.gpus * self.max_tokens * self.update_freq
 
-    def describe(self) -> str:
+    def describe(self, cpu: bool = False) -> str:
         differs = "  WARNING: differs from the paper's effective batch" if self.tokens != self.reference_tokens else ""
+        processes = f"{self.gpus} {'CPU process' if cpu else 'GPU'}{('es' if cpu else 's') if self.gpus > 1 else ''}"
         return (
-            f"effective batch: {self.gpus} GPU{'s' if self.gpus > 1 else ''} x {self.max_tokens} max tokens "
+            f"effective batch: {processes} x {self.max_tokens} max tokens "
             f"x update_freq {self.update_freq} = {self.tokens:,} tokens per update "
             f"(the paper's config: {self.reference} = {self.reference_tokens:,}){differs}"
         )
@@ -284,7 +285,7 @@ def plan_launch(args, environ=os.environ, entry_module: str = ENTRY) -> LaunchPl
         gpus_per_node=gpus_per_node,
         nodes=args.nodes,
         cpu=args.cpu,
-        batch={**asdict(batch), "tokens": batch.tokens, "text": batch.describe()},
+        batch={**asdict(batch), "tokens": batch.tokens, "text": batch.describe(args.cpu)},
         command=command,
         env=env,
         deviations=deviations,

@@ -122,13 +122,12 @@ def with_option(argv, option, value):
     return argv
 
 
-def databin_with_more_words(databin, folder, extra=16):
-    """A copy of ``databin`` whose (joined) dictionary has ``extra`` more words: data prep re-run otherwise."""
-    shutil.copytree(databin, folder)
+def add_words(databin, extra=16):
+    """``databin``'s (joined) dictionary with ``extra`` more words: data prep re-run with other options."""
     for name in ("dict.src.txt", "dict.tgt.txt"):
-        with open(folder / name, "a", encoding="utf-8") as f:
+        with open(databin / name, "a", encoding="utf-8") as f:
             f.writelines(f"newword{i} 1\n" for i in range(extra))
-    return folder
+    return databin
 
 
 @pytest.mark.slow
@@ -158,22 +157,96 @@ def test_generating_with_other_dimensions_names_the_option_and_both_values(demo_
     assert "this run uses --decoder-ffn-embed-dim 32" in line
 
 
+def dictionary_mismatch(databin, checkpoint, command, tmp_path):
+    """The error line of fairseq-generate, or of resuming training, with ``checkpoint`` on ``databin``."""
+    if command == "generate":
+        argv = ["fairseq_cli.generate", str(databin), "--user-dir", PLUGIN_DIR, "--path", str(checkpoint), "--cpu"]
+    else:
+        argv = ["fairseq_cli.train", *train_command(databin, checkpoint.parent, "small", max_update=5)]
+    return one_error_line(run_cli(argv, cwd=tmp_path, check=False))
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("command", ["generate", "resume"])
-def test_a_dictionary_changed_since_training_is_named(demo_databin, three_updates, tmp_path, command):
-    databin = databin_with_more_words(demo_databin.databin, tmp_path / "bin")
-    path = three_updates / "checkpoint_last.pt"
+def test_a_dictionary_changed_since_training_is_named_with_the_fix_for_the_command(
+    demo_databin, three_updates, tmp_path, command
+):
+    """The checkpoint's own data folder, prepared again with other options."""
+    databin = tmp_path / "bin"
+    shutil.copytree(demo_databin.databin, databin)
+    save_dir = tmp_path / "ckpt"
+    shutil.copytree(three_updates, save_dir)
+    path = save_dir / "checkpoint_last.pt"
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    state["cfg"]["task"]["data"] = str(databin)  # as if it had been trained on this copy
+    torch.save(state, path)
+    line = dictionary_mismatch(add_words(databin), path, command, tmp_path)
+    words = len((demo_databin.databin / "dict.src.txt").read_text().splitlines()) + 4  # with the special symbols
+    assert line.startswith(
+        f"error: the dictionary of {databin} changed since {path} was trained on it: "
+        f"{words} words then, {words + 16} words now (data preparation re-run with other options?); "
+    )
     if command == "generate":
-        argv = ["fairseq_cli.generate", str(databin), "--user-dir", PLUGIN_DIR, "--path", str(path), "--cpu"]
+        assert line.endswith("re-run data preparation with the options the model was trained with")
     else:
-        save_dir = tmp_path / "ckpt"
-        shutil.copytree(three_updates, save_dir)
-        path = save_dir / "checkpoint_last.pt"
-        argv = ["fairseq_cli.train", *train_command(databin, save_dir, "small", max_update=5)]
-    line = one_error_line(run_cli(argv, cwd=tmp_path, check=False))
-    words = len((demo_databin.databin / "dict.src.txt").read_text().splitlines())
-    assert f"the dictionary of {databin} changed since {path} was trained" in line
-    assert f"{words + 4 + 16} words now" in line and "re-run data preparation" in line
+        assert line.endswith(
+            "re-run data preparation with the options the model was trained with, "
+            "or train on the new data in another --save-dir"
+        )
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("command", ["generate", "resume"])
+def test_another_corpus_than_the_checkpoint_was_trained_on_is_named_with_the_fix_for_the_command(
+    demo_databin, three_updates, tmp_path, command
+):
+    databin = add_words(shutil.copytree(demo_databin.databin, tmp_path / "other-corpus"))
+    save_dir = tmp_path / "ckpt"
+    shutil.copytree(three_updates, save_dir)
+    path = save_dir / "checkpoint_last.pt"
+    line = dictionary_mismatch(databin, path, command, tmp_path)
+    words = len((demo_databin.databin / "dict.src.txt").read_text().splitlines()) + 4
+    assert line.startswith(
+        f"error: {path} was trained on {demo_databin.databin} ({words} words in its dictionary), "
+        f"not on {databin} ({words + 16} words); "
+    )
+    assert "changed" not in line
+    if command == "generate":
+        assert line.endswith(f"give the data folder it was trained on ({demo_databin.databin})")
+    else:
+        assert line.endswith(
+            f"resume with the data folder it was trained on ({demo_databin.databin}), "
+            f"or train on {databin} in another --save-dir"
+        )
+    assert ("--save-dir" in line) == (command == "resume")
+
+
+class RunsCode:
+    """Pickles as a call of os.system: what a checkpoint that carries code holds."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.slow
+def test_generate_with_a_checkpoint_that_carries_code_is_one_line_and_runs_nothing(demo_databin, tmp_path):
+    marker = tmp_path / "code-ran"
+    path = tmp_path / "checkpoint_best.pt"
+    torch.save({"model": {}, "extra_state": RunsCode(marker)}, path)
+    argv = ["fairseq_cli.generate", str(demo_databin.databin), "--user-dir", PLUGIN_DIR, "--path", str(path), "--cpu"]
+    proc = run_cli(argv, cwd=tmp_path, check=False)
+    assert proc.stderr.splitlines()[-1] == (
+        f"error: {path} is not a plain fairseq checkpoint: it holds the global posix.system, which loading would "
+        "run as code (torch's safe loading refused it); only if you trust the file and where it came from, load it "
+        "with TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD=1 in the environment"
+    )
+    assert one_error_line(proc) and not marker.exists()
+    # the way the line gives loads it (and runs its code: here a harmless touch; fairseq then finds no model in it)
+    run_cli(argv, cwd=tmp_path, check=False, env={"TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD": "1"})
+    assert marker.exists()
 
 
 @pytest.mark.slow

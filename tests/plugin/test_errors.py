@@ -10,7 +10,7 @@ import sys
 import fairseq
 import pytest
 import torch
-from helpers import PLUGIN_DIR, TINY_MODEL, TinyTask, build_model, run_cli, train_args
+from helpers import PLUGIN_DIR, ROOT, TINY_MODEL, TinyTask, build_model, run_cli, train_args
 
 from fairseq_residual.errors import CheckpointMismatchError, ConfigError, one_line_message
 from fairseq_residual.model import SCHEME_KEY
@@ -23,23 +23,28 @@ def error_lines(proc):
 
 
 @pytest.mark.slow
-def test_unknown_scheme_is_rejected_by_the_cli(tmp_path):
-    proc = run_cli(
-        [
-            "fairseq_cli.train",
-            str(tmp_path),
-            "--user-dir",
-            PLUGIN_DIR,
-            "--arch",
-            "residual_transformer",
-            "--residual-scheme",
-            "bogus",
-        ],
-        cwd=tmp_path,
-        check=False,
+def test_unknown_scheme_is_one_line_naming_the_choices(tmp_path):
+    """argparse printed the usage of every fairseq option (177 lines) before its own error line."""
+    argv = ["fairseq_cli.train", str(tmp_path), "--user-dir", PLUGIN_DIR, "--arch", "residual_transformer"]
+    proc = run_cli([*argv, "--residual-scheme", "residul"], cwd=tmp_path, check=False)
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr == (
+        "error: unknown residual scheme 'residul'; choose one of: post, pre, residual, deepnet, b2t, admin, tfixup, "
+        "dlcl (--residual-scheme / model.residual_scheme)\n"
     )
-    (line,) = error_lines(proc)
-    assert "--residual-scheme" in line and "'bogus'" in line and "'residual'" in line
+
+
+@pytest.mark.slow
+def test_unknown_scheme_under_fairseq_hydra_train_is_the_same_one_line(demo_databin, tmp_path):
+    """omegaconf refused it in a 90-line traceback."""
+    overrides = [f"task.data={demo_databin.databin}", f"common.user_dir={PLUGIN_DIR}", "model.residual_scheme=residul"]
+    config = ["--config-dir", str(ROOT / "configs"), "--config-name", "small"]
+    proc = run_cli(["fairseq_cli.hydra_train", *config, *overrides], cwd=tmp_path, check=False)
+    assert proc.returncode == 1 and proc.stderr.splitlines()[-1] == (
+        "error: unknown residual scheme 'residul'; choose one of: post, pre, residual, deepnet, b2t, admin, tfixup, "
+        "dlcl (--residual-scheme / model.residual_scheme)"
+    )
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
 
 
 def test_unknown_scheme_in_code_names_the_choices():

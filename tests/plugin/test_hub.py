@@ -218,3 +218,13 @@ def test_load_translator_logs_no_configuration_dump(trained, caplog):
         load_translator(checkpoint, data_prep_out=out)
     assert caplog.records, "fairseq's own log lines stay"
     assert [r.name for r in caplog.records if not isinstance(r.msg, str)] == []  # the 10 KB config, logged as a dict
+
+
+def test_translate_logs_nothing(trained, caplog):
+    """fairseq logs its batch-iterator bookkeeping (four lines) on every generate() of the hub interface."""
+    out, checkpoint, raw_test = trained
+    translator = load_translator(checkpoint, data_prep_out=out)
+    with caplog.at_level(logging.DEBUG):
+        for line in raw_test[:2]:
+            translator.translate(line, beam=2, max_len_b=5)
+    assert [f"{r.name}: {r.getMessage()}" for r in caplog.records] == []

@@ -4,13 +4,14 @@ fairseq's CLIs with the plugin, data preparation and the harness (``fairseq_resi
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
-from helpers import PLUGIN_DIR, ROOT, TINY_MODEL
+from helpers import PLUGIN_DIR, ROOT, TINY, TINY_MODEL
 
 pytestmark = pytest.mark.slow
 
-#: fragments of the third-party lines measured on stderr before the filters (issue 20), one per kind
+#: fragments of the third-party lines measured on stderr before the filters (issues 20 and 25), one per kind
 KNOWN_NOISE = [
     "FutureWarning: `torch.cuda.amp.custom_fwd",
     "FutureWarning: `torch.cuda.amp.custom_bwd",
@@ -26,6 +27,12 @@ KNOWN_NOISE = [
     "'pin_memory' argument is set as true",
     "Support for mismatched key_padding_mask and attn_mask",
     "DEBUG:hydra",
+    "Future Hydra versions will no longer change working directory",
+    # fairseq's batch-iterator cache: fairseq-generate, each sentence of fairseq-interactive, each translate()
+    "can_reuse_epoch_itr = ",
+    "reuse_dataloader = ",
+    "rebuild_batches = ",
+    "creating new batches for epoch",
     "{'_name': None, 'common':",  # the configuration dump
     "Namespace(no_progress_bar=",  # fairseq-preprocess's argument dump
     "\r",  # progress bars redrawn into a log
@@ -78,18 +85,58 @@ def test_fairseq_residual_verbose_shows_the_third_party_lines(trained, tmp_path)
     fragments = ["torch.cuda.amp.custom_fwd", "hydra.experimental.initialize()", "'pin_memory' argument"]
     for fragment in [*fragments, "torch.cuda.amp.autocast"]:
         assert fragment in shown
+    assert "fairseq.tasks.fairseq_task | can_reuse_epoch_itr = " in proc.stdout  # fairseq-train logs to stdout
 
 
 def test_fairseq_generate_and_interactive_print_only_their_own_log(trained, demo_databin):
     _, save, _ = trained
     checkpoint = ["--path", str(save / "checkpoint_last.pt"), "--beam", "2", "--max-len-b", "5"]
     generate = run(fairseq("generate", str(demo_databin.databin), *checkpoint, "--gen-subset", "valid"), save)
-    interactive = run(fairseq("interactive", str(demo_databin.databin), *checkpoint), save, stdin="w1 w2\n")
+    interactive = run(fairseq("interactive", str(demo_databin.databin), *checkpoint), save, stdin="w1 w2\nw3\n")
     for proc in (generate, interactive):
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert noise(proc.stderr) == []
         assert "loading model(s) from" in proc.stderr  # fairseq's own log stays
-    assert "H-0\t" in interactive.stdout and "Translated 40 sentences" in generate.stderr
+    assert "H-1\t" in interactive.stdout and "Translated 40 sentences" in generate.stderr
+
+
+def tiny_hydra_overrides():
+    """The CLI tests' tiny model, two updates, no checkpoint: a paper config's run in a few seconds."""
+    tiny = [f"model.{k[2:].replace('-', '_')}={v}" for k, v in zip(TINY_MODEL[::2], TINY_MODEL[1::2])]
+    return [*tiny, "dataset.max_tokens=1024", "optimization.max_update=2", "checkpoint.no_save=true"]
+
+
+def test_fairseq_hydra_train_prints_no_third_party_line(demo_databin, tmp_path):
+    """The README's command as the console script fairseq-hydra-train (hydra and fairseq print their notes before
+    the plugin is loaded: the filters of the .pth file that installing the package puts into site-packages)."""
+    command = [
+        str(Path(sys.executable).parent / "fairseq-hydra-train"), "--config-dir", str(ROOT / "configs"),
+        "--config-name", "iwslt14", "+hardware=cpu", f"task.data={demo_databin.databin}", "task.source_lang=src",
+        "task.target_lang=tgt", f"common.user_dir={PLUGIN_DIR}", "model.residual_scheme=pre",
+        *tiny_hydra_overrides(), "dataset.disable_validation=true", "dataset.num_workers=0",
+    ]  # fmt: skip
+    quiet = run(command, tmp_path)
+    verbose = run(command, tmp_path, FAIRSEQ_RESIDUAL_VERBOSE="1")
+    for proc in (quiet, verbose):
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert '"train_num_updates": "2"' in proc.stdout
+    assert noise(quiet.stdout + quiet.stderr) == [] and quiet.stderr == ""
+    shown = " ".join(noise(verbose.stdout + verbose.stderr))
+    for fragment in ["The version_base parameter", "validated against ConfigStore schema", "DEBUG:hydra"]:
+        assert fragment in shown
+
+
+def test_train_sh_prints_no_third_party_line_on_the_console_or_in_train_log(demo_databin, tmp_path):
+    command = [
+        "bash", str(ROOT / "scripts/train.sh"), "--cpu", "--cell", "iwslt14/post/e6d6", "--work", str(tmp_path),
+        "--data", str(demo_databin.databin), "--", *TINY, "model.encoder_layers=1", "model.decoder_layers=1",
+        "optimization.max_update=2",
+    ]  # fmt: skip
+    proc = run(command, tmp_path)
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    log = (tmp_path / "iwslt14/post/e6d6/train.log").read_text()
+    assert "done training" in log
+    assert noise(proc.stdout + proc.stderr) == [] and noise(log) == []
 
 
 def test_a_failing_fairseq_command_ends_with_one_error_line(trained, demo_databin):

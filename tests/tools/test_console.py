@@ -6,6 +6,7 @@ import re
 import subprocess
 import sys
 from importlib.metadata import entry_points
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -13,12 +14,20 @@ import pytest
 from fairseq_residual_tools import console
 from fairseq_residual_tools.errors import DataError, exit_on_user_error
 
-#: as installed from pyproject.toml's [project.scripts] (make test reinstalls when pyproject.toml changes)
-SCRIPTS = {ep.name: ep.value for ep in entry_points(group="console_scripts") if ep.dist.name == "fairseq_residual"}
+ROOT = Path(__file__).resolve().parents[2]
+#: pyproject.toml's [project.scripts]
+SCRIPTS = dict(re.findall(r'^(fairseq-residual-[\w-]+) = "(.+)"$', (ROOT / "pyproject.toml").read_text(), flags=re.M))
+
+
+def test_the_installed_console_scripts_are_pyprojects():
+    installed = {
+        ep.name: ep.value for ep in entry_points(group="console_scripts") if ep.dist.name == "fairseq_residual"
+    }
+    assert installed == SCRIPTS, "the installed commands are not pyproject.toml's: run make install"
 
 
 def test_every_console_script_names_a_function_of_the_console_module():
-    assert len(SCRIPTS) == 12
+    assert len(SCRIPTS) == 13
     for name, target in SCRIPTS.items():
         module, function = target.split(":")
         assert name.startswith("fairseq-residual-") and module == "fairseq_residual_tools.console"

@@ -73,3 +73,17 @@ def test_readme_preprocess_train_and_generate_run_as_written(demo_databin, tmp_p
     generated = run_cli([*as_run("fairseq-generate"), "--cpu", "--max-len-b", "10"], cwd=tmp_path).stdout
     assert len(re.findall(r"^H-\d+\t", generated, flags=re.M)) == 40  # every test sentence
     assert re.search(r"^Generate test with beam=5: BLEU4 = ", generated, flags=re.M)
+
+
+@pytest.mark.slow
+def test_fairseq_train_help_lists_no_model_option_even_with_the_arch_and_the_options_module_does(tmp_path):
+    """What the README and docs/usage.md say about --help (fairseq prints it before it adds a model's options)."""
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert "`fairseq-train --help` does not list the model options, even with `--arch residual_transformer`" in readme
+    for arch in ["residual_transformer", "residual_transformer_iwslt_de_en"]:
+        argv = ["fairseq_cli.train", "--user-dir", PLUGIN_DIR, "--arch", arch, "--help"]
+        stock_help = run_cli(argv, cwd=tmp_path).stdout
+        assert "--max-update" in stock_help and "--residual-scheme" not in stock_help
+        assert "--encoder-layers" not in stock_help and "--encoder-embed-dim" not in stock_help
+        options = run_cli(["fairseq_residual.options", "--arch", arch], cwd=tmp_path).stdout
+        assert "--residual-scheme" in options and "--encoder-layers" in options

@@ -1,7 +1,6 @@
 """The package as pip and ``python -m build`` see it: metadata from pyproject.toml only (setup.py is a shim), a
 wheel and an sdist with the plugin, the tools and the hydra configs, and an install into a fresh venv."""
 
-import ast
 import json
 import os
 import shutil
@@ -9,13 +8,12 @@ import subprocess
 import sys
 import sysconfig
 import tarfile
-import warnings
 import zipfile
 from pathlib import Path
 
 import pytest
 
-from fairseq_residual.quiet import KNOWN_WARNINGS, VERBOSE_VARIABLE
+from fairseq_residual.quiet import KNOWN_WARNINGS, VERBOSE_VARIABLE, startup_line
 
 ROOT = Path(__file__).resolve().parents[2]
 #: what a source tree needs to build; tests/, results/ and .venv stay out of the copy
@@ -54,27 +52,51 @@ def test_setup_py_takes_every_piece_of_metadata_from_pyproject():
 
 
 def pth_line():
-    """setup.py's PTH_LINE, read without running setup.py."""
-    tree = ast.parse((ROOT / "setup.py").read_text())
-    (value,) = [n.value for n in tree.body if isinstance(n, ast.Assign) and n.targets[0].id == "PTH_LINE"]
-    return ast.literal_eval(value)
+    """The .pth file's line, as setup.py writes it."""
+    return startup_line()
 
 
-def test_the_pth_line_installs_quiet_pys_fairscale_filter_unless_verbose(monkeypatch):
-    (fairscale,) = [(c, m, mod) for c, m, mod in KNOWN_WARNINGS if mod == r"fairscale\."]
-    assert pth_line().startswith("import ") and pth_line().count("\n") == 1  # what site.py executes
-    with warnings.catch_warnings():
-        warnings.resetwarnings()
-        warnings.filterwarnings("ignore", message=fairscale[1], category=fairscale[0], module=fairscale[2])
-        expected = warnings.filters[0]
-        warnings.resetwarnings()
-        monkeypatch.delenv(VERBOSE_VARIABLE, raising=False)
-        exec(pth_line())
-        assert warnings.filters == [expected]
-        warnings.resetwarnings()
-        monkeypatch.setenv(VERBOSE_VARIABLE, "1")
-        exec(pth_line())
-        assert warnings.filters == []
+#: run as a program under two names by ``filters_at_startup``: what the .pth line installed when Python started
+STARTUP_PROBE = """
+import json, site, sys, warnings
+site.addsitedir(sys.argv[1])  # the folder holding the .pth: processed as site.py processes site-packages
+imported_logging = "logging" in sys.modules
+filters = [(f[1].pattern, f[2].__name__, f[3].pattern if f[3] else "") for f in warnings.filters if f[1]]
+import logging
+hydra = logging.getLogger("hydra.core.utils")
+shown = [hydra.filter(logging.makeLogRecord({"msg": m})) for m in ("Setting JobRuntime:name=x", "other")]
+print(json.dumps({"logging": imported_logging, "filters": filters, "hydra_records_shown": shown}))
+"""
+
+
+def filters_at_startup(tmp_path, program, **env):
+    site_dir = tmp_path / "site"
+    site_dir.mkdir(exist_ok=True)
+    (site_dir / PTH).write_text(pth_line())
+    (tmp_path / program).write_text(STARTUP_PROBE)
+    env = {**{k: v for k, v in os.environ.items() if k != VERBOSE_VARIABLE}, **env}
+    # -S: no site-packages of this environment (its own, possibly older, .pth); -W: no filters from PYTHONWARNINGS
+    command = [sys.executable, "-S", "-W", "default", str(tmp_path / program), str(site_dir)]
+    return json.loads(subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout)
+
+
+def test_the_pth_line_installs_quiet_pys_startup_filters_and_hydras_log_filter_under_fairseq_hydra_train(tmp_path):
+    startup = [(k.message, k.category.__name__, k.module) for k in KNOWN_WARNINGS if k.at_startup]
+    assert len(startup) == 3 and pth_line().startswith("import ") and pth_line().count("\n") == 1
+    hydra_train = filters_at_startup(tmp_path, "fairseq-hydra-train")
+    assert sorted(map(tuple, hydra_train["filters"])) == sorted(startup)
+    assert hydra_train["hydra_records_shown"] == [False, True]
+    other = filters_at_startup(tmp_path, "some-program")
+    assert sorted(map(tuple, other["filters"])) == sorted(startup)
+    assert other["hydra_records_shown"] == [True, True] and not other["logging"]  # no program pays for logging
+    verbose = filters_at_startup(tmp_path, "fairseq-hydra-train", **{VERBOSE_VARIABLE: "1"})
+    assert verbose["filters"] == [] and verbose["hydra_records_shown"] == [True, True]
+
+
+def test_this_environment_has_this_sources_pth_line():
+    """fairseq's own CLIs are quiet only with the line of the installed sources: a stale one needs make install."""
+    installed = Path(sysconfig.get_path("purelib")) / PTH
+    assert installed.read_text() == pth_line(), f"{installed} is not this source's line: run make install"
 
 
 def test_the_wheel_carries_the_plugin_the_tools_and_the_configs(dist):

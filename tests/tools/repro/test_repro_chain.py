@@ -145,7 +145,7 @@ def chain(demo_databin, tmp_path_factory):
 def test_training_runs_the_cells_config_and_logs_to_the_cells_folder(chain):
     for cell, out in zip(CELLS, chain["train_out"]):
         cell_dir = chain["work"] / cell
-        assert "effective batch: 1 GPU x 4096 max tokens x update_freq 1 = 4,096 tokens per update" in out
+        assert "effective batch: 1 CPU process x 4096 max tokens x update_freq 1 = 4,096 tokens per update" in out
         assert "training from the start" in out
         assert (cell_dir / "train.done").is_file()
         epochs = sorted(p.name for p in cell_dir.glob("checkpoint[0-9]*.pt"))

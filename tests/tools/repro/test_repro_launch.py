@@ -142,6 +142,14 @@ def test_training_resumes_from_the_cells_checkpoint_last_and_skips_finished_cell
     assert not (cell_dir / "train.log").exists()
 
 
+@pytest.mark.parametrize("processes, counted", [(None, "1 CPU process"), (2, "2 CPU processes")])
+def test_a_cpu_launch_counts_cpu_processes_not_gpus(tmp_path, capsys, processes, counted):
+    assert launch.train(launch_args("iwslt14/pre/e6d6", tmp_path, gpus=processes, cpu=True)) == 0
+    (batch,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("effective batch")]
+    assert batch.startswith(f"effective batch: {counted} x ")
+    assert "GPU" not in batch.split("(the paper's config")[0]
+
+
 def test_the_gpu_hour_estimate_follows_the_batch_actually_used(tmp_path):
     cell = parse_cell("wmt14/residual/e6d6")
     cfg = launch.dataset_config("wmt14")

@@ -8,7 +8,6 @@ from fairseq_residual_tools.files import write_json
 from fairseq_residual_tools.repro import cli, scoring
 from fairseq_residual_tools.repro.cells import DATASETS
 from fairseq_residual_tools.repro.evaluate import (
-    average_checkpoints,
     averaging_deviation,
     last_checkpoints,
     scoring_description,
@@ -85,7 +84,8 @@ def fake_checkpoint(path, value, dtype=torch.float32):
     )
 
 
-def test_the_last_n_checkpoints_are_averaged(tmp_path):
+def test_evaluate_averages_the_last_n_checkpoints_of_the_cells_kind(tmp_path):
+    """Which checkpoints; the averaging itself: tests/tools/test_average_checkpoints.py."""
     for epoch in (2, 9, 10, 11):
         fake_checkpoint(tmp_path / f"checkpoint{epoch}.pt", float(epoch), dtype=torch.float16)
     fake_checkpoint(tmp_path / "checkpoint_3_4000.pt", 1.0)
@@ -94,33 +94,10 @@ def test_the_last_n_checkpoints_are_averaged(tmp_path):
     assert [p.name for p in picked] == ["checkpoint9.pt", "checkpoint10.pt", "checkpoint11.pt"]  # by number
     assert [p.name for p in last_checkpoints(tmp_path, 5, "update")] == ["checkpoint_3_4000.pt"]
 
-    out = average_checkpoints(picked, tmp_path / "avg.pt")
-    state = torch.load(out, weights_only=True)
-    assert torch.equal(state["model"]["w"], torch.full((2, 2), 10.0, dtype=torch.float16))
-    assert state["model"]["steps"].item() == 11  # non-float tensors: the newest checkpoint's
-    assert "last_optimizer_state" not in state and state["cfg"]["task"]["data"] == "x"
-
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(DataError, match="no checkpoint"):
         last_checkpoints(empty, 5, "epoch")
-
-
-def test_an_interrupted_average_leaves_the_previous_file_whole(tmp_path, monkeypatch):
-    for epoch in (1, 2):
-        fake_checkpoint(tmp_path / f"checkpoint{epoch}.pt", float(epoch))
-    out = average_checkpoints(last_checkpoints(tmp_path, 2, "epoch"), tmp_path / "avg.pt")
-    before = out.read_bytes()
-
-    def killed_mid_write(obj, path):
-        with open(path, "wb") as f:
-            f.write(before[:100])
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(torch, "save", killed_mid_write)
-    with pytest.raises(KeyboardInterrupt):
-        average_checkpoints(last_checkpoints(tmp_path, 2, "epoch"), out)
-    assert out.read_bytes() == before and [p.name for p in tmp_path.glob("avg.pt*")] == ["avg.pt"]
 
 
 def with_updates(path, updates):
