@@ -2,14 +2,13 @@
 file; a plateau schedule resumed at an epoch's end goes on as without the stop (``fairseq_residual.finished_training``).
 """
 
-import hashlib
 import re
 
 import pytest
 import torch
 
 from fairseq_residual.finished_training import NOTHING_LEFT
-from fairseq_residual_tools.kill_stress import start_training, train_command, wait_or_kill
+from fairseq_residual_tools.kill_stress import file_states, start_training, train_command, wait_or_kill
 
 #: 4096 tokens: 7 updates per epoch of the demo data-bin
 MAX_TOKENS = 4096
@@ -18,11 +17,6 @@ PLATEAU = [
     *("--lr-scheduler", "reduce_lr_on_plateau", "--lr-shrink", "0.1", "--lr-patience", "0"),
     *("--lr-threshold", "0.5"),
 ]
-
-
-def files(save_dir):
-    """Every file's bytes (their hash) and modification time."""
-    return {p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns) for p in save_dir.iterdir()}
 
 
 def run(argv, log):
@@ -51,7 +45,7 @@ def test_a_finished_training_run_again_trains_nothing_writes_nothing_and_says_so
     argv = train_command(demo_databin.databin, save_dir, "small", 0, max_tokens=MAX_TOKENS) + budget
     run(argv, log)
     assert state(save_dir)[0] == updates
-    before = files(save_dir)
+    before = file_states(save_dir)
     for _ in range(2):
         text = run(argv, log)
         assert re.search(rf"Loaded checkpoint \S+checkpoint_last\.pt \(epoch \d+ @ {updates} updates\)", text)
@@ -60,7 +54,7 @@ def test_a_finished_training_run_again_trains_nothing_writes_nothing_and_says_so
         assert f"{save_dir} (checkpoint_best.pt, checkpoint_last.pt)" in said[0]
         assert f"{budget[-2]} {budget[-1]} reached ({updates} updates)" in said[0]
         assert "num_updates=" not in text and "Saving checkpoint" not in text  # no update, no save
-        assert files(save_dir) == before  # the same bytes, not even rewritten
+        assert file_states(save_dir) == before  # the same bytes, not even rewritten
 
 
 @pytest.mark.slow
@@ -78,10 +72,10 @@ def test_stop_min_lr_on_a_plateau_stays_stopped_and_resumed_the_schedule_goes_on
             first = run([*base, "--stop-min-lr", "1e-4"], log)
             assert "stopping training because current learning rate (0.0001)" in first
             assert state(save_dir)[0] == 14  # two epochs
-            before = files(save_dir)
+            before = file_states(save_dir)
             again = run([*base, "--stop-min-lr", "1e-4"], log)
             assert "the learning rate 0.0001 is at or below --stop-min-lr 0.0001 (14 updates)" in again
-            assert "num_updates=" not in again and files(save_dir) == before
+            assert "num_updates=" not in again and file_states(save_dir) == before
         text = run([*base, "--max-epoch", "3"], log)
         assert "epoch 003:      7 / 7" in text and "lr=0.0001," in text.split("begin training epoch 3")[-1]
         runs[name] = state(save_dir)
