@@ -1,7 +1,8 @@
 # make install -- create .venv (once), install the package with every extra at the tested versions (constraints.txt)
 # make test    -- same environment, then the test suite (pytest -m "not slow" skips the fairseq subprocess tests)
 # make lint    -- ruff (lint + format check) over the repository, mypy (check_untyped_defs) on the plugin and the tools
-# make demo    -- same environment, then train Post-LN / Pre-LN / ResiDual on the embedded corpus
+# make demo    -- same environment, then train Post-LN / Pre-LN / ResiDual on the embedded corpus (report: work/demo/)
+# make demo-results -- the same, written into the committed results/demo/ and the README's table (after a plugin change)
 # make bench   -- same environment, then the side-by-side speed / memory benchmark
 PYTHON ?= python3
 VENV   := .venv
@@ -10,7 +11,7 @@ PIP    := $(BIN)/pip install --disable-pip-version-check
 # the install is redone only when pyproject.toml, setup.py, constraints.txt or quiet.py (the .pth line) changes
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install test lint demo bench constraints clean-venv
+.PHONY: install test lint demo demo-results bench constraints clean-venv
 
 install: $(STAMP)
 
@@ -31,6 +32,9 @@ lint: $(STAMP)
 
 demo: $(STAMP)
 	$(BIN)/python -m fairseq_residual_tools.demo.run
+
+demo-results: $(STAMP)
+	$(BIN)/python -m fairseq_residual_tools.demo.run --update-results
 
 # throughput / memory of every scheme vs fairseq's stock transformer -> results/bench/ (< 15 min);
 # glibc malloc keeps freed memory in the measuring processes, as PyTorch's allocator does on a GPU

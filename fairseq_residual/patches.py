@@ -17,7 +17,15 @@ from fairseq.data import data_utils
 from fairseq.tasks import translation
 from fairseq.trainer import Trainer
 
-from . import batching_fix, checkpoint_loading, checkpoint_reading, checkpoint_saving, data_folder, errors
+from . import (
+    batching_fix,
+    checkpoint_loading,
+    checkpoint_reading,
+    checkpoint_saving,
+    data_folder,
+    errors,
+    finished_training,
+)
 
 #: (object, attribute name): a module's function or a class's method that a patch replaces
 Target = Tuple[Any, str]
@@ -89,6 +97,18 @@ PATCHES: List[Patch] = [
             (checkpoint_utils, "load_checkpoint_to_cpu"),
             (checkpoint_utils, "load_model_ensemble_and_task"),
         ),
+    ),
+    Patch(
+        "a finished training stays finished",
+        "checkpoint_utils.load_checkpoint logs one line when the loaded training has reached --max-update, "
+        "--max-epoch, --stop-min-lr or --stop-time-hours, and fairseq_cli.train.train then stops before a step; "
+        "resuming at an epoch's end first takes the learning-rate step fairseq took after that save",
+        "fairseq checks --max-update after an update: every re-run of a finished training trained one more; a "
+        "plateau schedule lost the step after the last save, and a training stopped by --stop-min-lr trained on",
+        None,
+        finished_training.apply,
+        ((checkpoint_utils, "load_checkpoint"),),
+        undo_extra=finished_training.undo_train_loop,
     ),
     Patch(
         "check the data folder",

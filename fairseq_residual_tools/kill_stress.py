@@ -8,8 +8,12 @@ log line, so that kills span the whole save on any machine and checkpoint size) 
 ``checkpoint_last.pt`` (and remove the killed save's ``.tmp`` files). With ``--epoch-ends N``, starts are
 also killed inside the saves of the updates at and next to the first N epoch ends of the uninterrupted run
 (its last update of each epoch, the one before and the first of the next epoch). The last start runs to
-``--max-update``; its parameters, optimizer state and update count must be bit-identical to those of one
-uninterrupted run.
+``--max-update`` and is SIGKILLed right after its final save, before it can exit; the finished command is then run
+twice more, and each must say that nothing is left to do, train no update and leave every file's bytes and
+modification time as they were. The parameters, optimizer state and update count must then be bit-identical to
+those of an uninterrupted run. With ``--max-epoch E`` both trainings then go on with ``--max-epoch E`` instead of
+``--max-update`` to the end of epoch E, where the kill after the final save, the two re-runs and the comparison are
+repeated.
 
 To make many kills affordable, each start is a fork of this process with fairseq and the plugin
 already imported (``fairseq_cli.train.cli_main`` with the command's arguments, one torch thread),
@@ -20,6 +24,8 @@ training writes are real. The reference run is started the same way.
 """
 
 import argparse
+import functools
+import hashlib
 import json
 import logging
 import math
@@ -39,6 +45,8 @@ from typing import Callable, Optional
 
 import torch
 
+from fairseq_residual.finished_training import NOTHING_LEFT
+
 from .files import write_text
 from .runner import PLUGIN_DIR
 
@@ -55,7 +63,12 @@ _EPOCH_END = re.compile(r"\| train \| epoch (\d+) \|.*?\| num_updates (\d+) \|")
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3})", re.M)  # the logging.Formatter's asctime
 
 
-def train_command(databin, save_dir, size, max_update, seed=1, max_tokens=None):
+#: runs of a finished command after the kill that followed its final save
+RERUNS = 2
+
+
+def train_command(databin, save_dir, size, max_update, seed=1, max_tokens=None, max_epoch=None):
+    """The trained command; with ``max_epoch``, it stops at that epoch's end instead of at ``max_update``."""
     layers, width, ffn, heads, size_max_tokens = SIZES[size]
     max_tokens = max_tokens or size_max_tokens
     model = []
@@ -66,7 +79,8 @@ def train_command(databin, save_dir, size, max_update, seed=1, max_tokens=None):
         *(databin, "--user-dir", PLUGIN_DIR, "--arch", "residual_transformer", *model),
         *("--share-all-embeddings", "--dropout", "0.1", "--optimizer", "adam", "--lr", "1e-3"),
         *("--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"),
-        *("--max-tokens", max_tokens, "--max-update", max_update, "--cpu", "--num-workers", "0"),
+        *("--max-tokens", max_tokens, "--cpu", "--num-workers", "0"),
+        *(("--max-epoch", max_epoch, "--max-update", 0) if max_epoch else ("--max-update", max_update)),
         *("--save-dir", save_dir, "--save-interval-updates", "1", "--keep-interval-updates", "3"),
         *("--keep-last-epochs", "2", "--log-format", "simple", "--log-interval", "1", "--seed", seed),
     ]
@@ -108,6 +122,24 @@ def start_training(argv, log_path, in_child: Optional[Callable[[], None]] = None
     finally:
         sys.stdout.flush()
         os._exit(code)
+
+
+def die_after_the_save_of(update: int) -> None:
+    """In a training process (``start_training``'s ``in_child``): SIGKILL it right after the save of ``update``
+    is complete, before it can log its end or exit (a kill after the final save, made certain)."""
+    from fairseq import checkpoint_utils
+
+    save_checkpoint = checkpoint_utils.save_checkpoint
+
+    @functools.wraps(save_checkpoint)
+    def save_then_die(cfg, trainer, epoch_itr, val_loss):
+        saved = save_checkpoint(cfg, trainer, epoch_itr, val_loss)
+        if trainer.get_num_updates() == update:
+            sys.stdout.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return saved
+
+    checkpoint_utils.save_checkpoint = save_then_die
 
 
 def wait_or_kill(pid, log_path, offset, saves_before_kill=None, delay=0.0, kill_at=math.inf, after_update=None):
@@ -178,7 +210,11 @@ class StressReport:
     kills_that_left_temporary_files: int = 0
     starts_that_removed_temporary_files: int = 0
     temporary_files_not_removed: list = field(default_factory=list)
-    final_updates: Optional[int] = None
+    kills_after_the_final_save: int = 0
+    reruns_of_a_finished_training: int = 0
+    reruns_that_trained_or_wrote: list = field(default_factory=list)
+    ends: list = field(default_factory=list)  # per budget ("--max-update 90"): the comparison with the reference
+    final_updates: Optional[int] = None  # the last end's comparison (as in ``ends``)
     reference_updates: Optional[int] = None
     parameters_identical: Optional[bool] = None
     optimizer_state_identical: Optional[bool] = None
@@ -191,8 +227,14 @@ class StressReport:
             not self.failed_resumes
             and not self.corrupt_files
             and not self.temporary_files_not_removed
-            and self.final_updates == self.reference_updates
-            and bool(self.parameters_identical and self.optimizer_state_identical)
+            and not self.reruns_that_trained_or_wrote
+            and self.kills_after_the_final_save == len(self.ends) > 0
+            and all(
+                end["final_updates"] == end["reference_updates"]
+                and end["parameters_identical"]
+                and end["optimizer_state_identical"]
+                for end in self.ends
+            )
         )
 
 
@@ -215,9 +257,12 @@ def _check_resume(report, log, expected_updates, temporary_files):
             report.temporary_files_not_removed.append(f"start {report.starts}: {temporary_files} found")
 
 
-def run_stress(databin, work, kills=20, size="small", max_update=None, seed=1, epoch_ends=0, max_tokens=None):
+def run_stress(
+    databin, work, kills=20, size="small", max_update=None, seed=1, epoch_ends=0, max_tokens=None, max_epoch=None
+):
     """Kill ``kills`` starts of one training, and the saves at and next to its first ``epoch_ends`` epoch ends,
-    finish it, compare with an uninterrupted run."""
+    finish it (killed after its final save, then re-run), compare with an uninterrupted run; with ``max_epoch``,
+    go on to that epoch's end in both, and finish and compare there too."""
     import fairseq_residual  # noqa: F401  (the plugin as --user-dir loads it: imported once, before the forks)
 
     begin = time.monotonic()
@@ -228,13 +273,12 @@ def run_stress(databin, work, kills=20, size="small", max_update=None, seed=1, e
     max_update = max_update or 2 * kills + 10
     rng = random.Random(seed)
     report = StressReport()
+    reference, reference_log = work / "reference", work / "reference.log"
+    killed, log_path = work / "killed", work / "killed.log"
+    command = functools.partial(train_command, databin, size=size, max_update=max_update, max_tokens=max_tokens)
     try:
-        reference, reference_log = work / "reference", work / "reference.log"
         _fresh(reference, reference_log)
-        pid = start_training(train_command(databin, reference, size, max_update, max_tokens=max_tokens), reference_log)
-        _, code, log = wait_or_kill(pid, reference_log, 0)
-        if code != 0:
-            raise RuntimeError(f"the uninterrupted run failed ({code}):\n{log[-3000:]}")
+        log = _run_reference(command(reference), reference_log)
         first_save = _seconds_to_first_save(log)
         report.save_seconds = _median_save_seconds(log)
         report.epoch_ends = [int(u) for _, u in _EPOCH_END.findall(log) if int(u) + 1 < max_update][:epoch_ends]
@@ -242,16 +286,12 @@ def run_stress(databin, work, kills=20, size="small", max_update=None, seed=1, e
             raise ValueError(f"{max_update} updates end only {len(report.epoch_ends)} epochs before the last update")
         targets = sorted({u + d for u in report.epoch_ends for d in (-1, 0, 1)})
 
-        killed, log_path = work / "killed", work / "killed.log"
         _fresh(killed, log_path)
-        argv = train_command(databin, killed, size, max_update, max_tokens=max_tokens)
+        argv = command(killed)
         other_kills = 0
         while True:
             expected, leftovers = last_updates(killed), len(list(killed.glob("*.tmp")))
             targets = [t for t in targets if t > (expected or 0)]
-            offset = log_path.stat().st_size
-            report.starts += 1
-            pid = start_training(argv, log_path)
             # a start killed after its 1st or 2nd save stays before the next epoch-end target
             room = not targets or (expected or 0) + 2 < targets[0]
             target, at_random = None, False
@@ -271,12 +311,13 @@ def run_stress(databin, work, kills=20, size="small", max_update=None, seed=1, e
                     "delay": rng.uniform(0, report.save_seconds),
                 }
             else:
-                schedule = {}  # the last start runs to the end
-            is_killed, code, log = wait_or_kill(pid, log_path, offset, **schedule)
+                break  # the start that runs to the end is _finish's
+            offset = log_path.stat().st_size
+            report.starts += 1
+            is_killed, code, log = wait_or_kill(start_training(argv, log_path), log_path, offset, **schedule)
             _check_resume(report, log, expected, leftovers)
             if not is_killed:
-                if code != 0:
-                    report.failed_resumes.append(f"start {report.starts} exited with {code}: {log.strip()[-300:]}")
+                report.failed_resumes.append(f"start {report.starts} ended before its kill ({code}): {log[-300:]}")
                 break
             report.kills += 1
             if target is None:
@@ -288,13 +329,67 @@ def run_stress(databin, work, kills=20, size="small", max_update=None, seed=1, e
             report.kills_at_random_moments += int(at_random)
             report.corrupt_files += [f"after kill {report.kills}: {bad}" for bad in unreadable_checkpoints(killed)]
             report.kills_that_left_temporary_files += int(any(killed.glob("*.tmp")))
+        _finish(report, argv, log_path, reference, f"--max-update {max_update}")
+        if max_epoch:
+            _run_reference(command(reference, max_epoch=max_epoch), reference_log)
+            _finish(report, command(killed, max_epoch=max_epoch), log_path, reference, f"--max-epoch {max_epoch}")
     finally:
         torch.set_num_threads(threads)
 
     report.temporary_files_not_removed += [f"after the final run: {p.name}" for p in killed.glob("*.tmp")]
-    _compare(report, killed / "checkpoint_last.pt", reference / "checkpoint_last.pt")
+    for key, value in report.ends[-1].items():
+        if key != "budget":
+            setattr(report, key, value)
     report.seconds = round(time.monotonic() - begin, 1)
     return report
+
+
+def _run_reference(argv, log_path) -> str:
+    """The uninterrupted run (or its continuation to another budget); its log text."""
+    _, code, log = wait_or_kill(start_training(argv, log_path), log_path, Path(log_path).stat().st_size)
+    if code != 0:
+        raise RuntimeError(f"the uninterrupted run failed ({code}):\n{log[-3000:]}")
+    return log
+
+
+def _finish(report, argv, log_path, reference, budget):
+    """The start that reaches the ``reference`` run's last update, SIGKILLed right after that save; then ``RERUNS``
+    runs of the finished command, each of which must train nothing and change no file; then the comparison."""
+    save_dir = Path(argv[argv.index("--save-dir") + 1])
+    update = int(last_updates(reference) or 0)  # the reference run ended: it has a checkpoint_last.pt
+    expected, leftovers = last_updates(save_dir), len(list(save_dir.glob("*.tmp")))
+    offset = log_path.stat().st_size
+    report.starts += 1
+    pid = start_training(argv, log_path, in_child=functools.partial(die_after_the_save_of, update))
+    _, code, log = wait_or_kill(pid, log_path, offset)
+    _check_resume(report, log, expected, leftovers)
+    if code == -signal.SIGKILL and last_updates(save_dir) == update:
+        report.kills_after_the_final_save += 1
+    else:
+        report.failed_resumes.append(f"start {report.starts} ({budget}) did not reach update {update}: {log[-300:]}")
+    before = file_states(save_dir)
+    for rerun in range(1, RERUNS + 1):
+        offset = log_path.stat().st_size
+        report.starts += 1
+        _, code, log = wait_or_kill(start_training(argv, log_path), log_path, offset)
+        _check_resume(report, log, update, 0)
+        report.reruns_of_a_finished_training += 1
+        changed = sorted(set(file_states(save_dir).items()) ^ set(before.items()))
+        problems = [
+            *([f"exit status {code}"] if code != 0 else []),
+            *([f"{log.count(NOTHING_LEFT)} lines say '{NOTHING_LEFT}'"] if log.count(NOTHING_LEFT) != 1 else []),
+            *(["it trained"] if "num_updates=" in log else []),
+            *([f"files changed: {', '.join(sorted({name for name, _ in changed}))}"] if changed else []),
+        ]
+        report.reruns_that_trained_or_wrote += [f"re-run {rerun} after {budget}: {p}" for p in problems]
+    report.ends.append(
+        {"budget": budget, **_compare(save_dir / "checkpoint_last.pt", reference / "checkpoint_last.pt")}
+    )
+
+
+def file_states(folder) -> dict:
+    """Each file's name -> (sha256 of its bytes, modification time in ns)."""
+    return {p.name: (hashlib.sha256(p.read_bytes()).hexdigest(), p.stat().st_mtime_ns) for p in Path(folder).iterdir()}
 
 
 def _fresh(save_dir, log_path):
@@ -325,17 +420,19 @@ def _seconds_to_first_save(log) -> float:
     return max(0.5, (stamps[-1] - stamps[0]).total_seconds())
 
 
-def _compare(report, final_path, reference_path):
+def _compare(final_path, reference_path) -> dict:
     final, reference = torch.load(final_path, map_location="cpu"), torch.load(reference_path, map_location="cpu")
-    report.final_updates = final["optimizer_history"][-1]["num_updates"]
-    report.reference_updates = reference["optimizer_history"][-1]["num_updates"]
-    report.parameters_identical = _identical(final["model"], reference["model"])
-    report.max_abs_parameter_difference = max(
-        float((a.double() - reference["model"][k].double()).abs().max())
-        for k, a in final["model"].items()
-        if a.is_floating_point()
+    return dict(
+        final_updates=final["optimizer_history"][-1]["num_updates"],
+        reference_updates=reference["optimizer_history"][-1]["num_updates"],
+        parameters_identical=_identical(final["model"], reference["model"]),
+        optimizer_state_identical=_identical(final["last_optimizer_state"], reference["last_optimizer_state"]),
+        max_abs_parameter_difference=max(
+            float((a.double() - reference["model"][k].double()).abs().max())
+            for k, a in final["model"].items()
+            if a.is_floating_point()
+        ),
     )
-    report.optimizer_state_identical = _identical(final["last_optimizer_state"], reference["last_optimizer_state"])
 
 
 def _identical(a, b) -> bool:
@@ -357,6 +454,7 @@ def main(argv=None) -> int:
     parser.add_argument("--seed", type=int, default=1, help="seed of the kill schedule")
     parser.add_argument("--epoch-ends", type=int, default=0, help="also kill at and next to the first N epoch ends")
     parser.add_argument("--max-tokens", type=int, help="default: the size's (small 512, large 1024)")
+    parser.add_argument("--max-epoch", type=int, help="then go on to the end of this epoch, and finish there too")
     parser.add_argument("--out", help="write the report as JSON here")
     args = parser.parse_args(argv)
     data = args.data
@@ -365,7 +463,15 @@ def main(argv=None) -> int:
 
         data = prepare_demo_data(Path(args.work) / "data", train=800, valid=40, test=40, bpe_merges=400).databin
     report = run_stress(
-        data, args.work, args.kills, args.size, args.max_update, args.seed, args.epoch_ends, args.max_tokens
+        data,
+        args.work,
+        args.kills,
+        args.size,
+        args.max_update,
+        args.seed,
+        args.epoch_ends,
+        args.max_tokens,
+        args.max_epoch,
     )
     text = json.dumps({**asdict(report), "passed": report.passed}, indent=2)
     print(text)

@@ -4,6 +4,7 @@ Every tool that writes a result records ``provenance()`` beside it. Versions are
 installed distributions' metadata, not by importing them: milliseconds, not fairseq's start-up.
 """
 
+import hashlib
 import os
 import platform
 import re
@@ -62,6 +63,16 @@ def machine() -> Dict[str, object]:
         "cpu_count": os.cpu_count(),
         "memory_gb": memory_gb,
     }
+
+
+def code_sha256(paths, root: Path = ROOT) -> str:
+    """sha256 over the relative paths and bytes of ``paths`` (files, and folders' ``*.py`` files, in path order):
+    the code a result was computed with, comparable in any checkout (a clone, a branch, a tarball) without git."""
+    digest = hashlib.sha256()
+    for path in sorted({f for p in paths for f in ([root / p] if (root / p).is_file() else (root / p).rglob("*.py"))}):
+        digest.update(f"{path.relative_to(root).as_posix()}\0{path.stat().st_size}\0".encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
 
 
 def provenance() -> Dict[str, object]:

@@ -4,6 +4,7 @@ Every step writes its outputs under temporary names and renames them when comple
 so an interrupted run never leaves a file that looks finished.
 """
 
+import hashlib
 import json
 import logging
 import os
@@ -15,10 +16,29 @@ from typing import Callable, Dict, List, Optional, Sequence
 
 from ..errors import DataError
 from ..files import atomic_outputs, write_json
+from .download import Checksums
 from .formats import progress_bar, utf8_chunks
 from .moses import TextSteps
 
 logger = logging.getLogger(__name__)
+
+
+#: the version of summary.json's fields (2: the data-bin's sha256 and the archives)
+SUMMARY_FORMAT = 2
+#: the files of a data-bin that its content hash covers: fairseq's dictionaries and binarised splits
+DATABIN_CONTENT = ("dict.*.txt", "*.bin", "*.idx")
+
+
+def databin_sha256(databin: Path) -> str:
+    """sha256 over the names, sizes and bytes of a data-bin's dictionaries and binaries (``DATABIN_CONTENT``) in name
+    order: what tells two data-bins (or one before and after a change) apart."""
+    digest = hashlib.sha256()
+    for path in sorted({p for pattern in DATABIN_CONTENT for p in Path(databin).glob(pattern)}):
+        digest.update(f"{path.name}\0{path.stat().st_size}\0".encode())
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    return digest.hexdigest()
 
 
 class Stages:
@@ -103,13 +123,25 @@ class RecipeStages(Stages):
         self.run("binarise", [self.databin / "preprocess.done"], preprocess, self.options("src", "tgt", **options))
 
     def summary(self, pairs: Callable[[], dict], **fields):
-        """``summary.json``: the recipe, ``pairs()`` per split, ``fields``, the data-bin and every option."""
+        """``summary.json``: the recipe, ``pairs()`` per split, ``fields``, the data-bin with its content's sha256,
+        the release archives read (name -> the checksum they were verified against) and every option."""
 
         def write():
             info = {"recipe": self.recipe, "pairs": pairs(), **fields, "data_bin": str(self.databin)}
+            info.update(data_bin_sha256=databin_sha256(self.databin), archives=self.archives())
             write_json(self.out / "summary.json", {**info, "options": vars(self.args)})
 
-        self.run("summary", [self.out / "summary.json"], write, options=vars(self.args))
+        # SUMMARY_FORMAT: a summary.json written before its fields changed is written again
+        self.run("summary", [self.out / "summary.json"], write, options={**vars(self.args), "format": SUMMARY_FORMAT})
+
+    def archives(self) -> Dict[str, Optional[str]]:
+        """The release archives the extract stages read -> the checksum the download was verified against (or pinned
+        with, ``--record-checksum``), from the checksums file the run used."""
+        names = sorted(r["options"]["archive"] for r in self.records.values() if "archive" in r["options"])
+        if not names:
+            return {}
+        checksums = Checksums(self.args.checksums)
+        return {name: checksums.archive(name).sha256 or checksums.archive(name).md5 for name in names}
 
     def translation(self, steps: TextSteps, bpe: str, model: Path) -> dict:
         """``summary.json``'s ``translation`` record, read by ``fairseq_residual.hub.load_translator``: what raw

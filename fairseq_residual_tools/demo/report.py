@@ -10,10 +10,13 @@ from typing import Dict, List, Optional
 
 from ..files import write_json, write_text
 from ..markdown import table
-from ..provenance import describe
+from ..provenance import describe, describe_git
 from ..training_log import RULE
 
 NAMES = {"post": "Post-LN", "pre": "Pre-LN", "residual": "ResiDual"}
+#: the lines around the demo's table in README.md and docs/results.md: ``publish`` rewrites what is between them
+BLOCK_START = "<!-- the demo's table, written from results/demo/results.json by `make demo-results`: do not edit -->"
+BLOCK_END = "<!-- end of the demo's table -->"
 
 
 def name(row: Dict) -> str:
@@ -90,6 +93,14 @@ def samples(rows: List[Dict], sources: List[str], references: List[str], count: 
     return "\n".join(lines)
 
 
+def shared(meta: Dict) -> str:
+    """The note for a wall time taken while other work kept more than every CPU busy: not the demo's speed."""
+    cpus = meta["provenance"]["machine"]["cpu_count"] or 1
+    if meta["load_average_at_start"][0] <= cpus:
+        return ""
+    return f": the machine's {cpus} CPUs were shared with other work, so this is not the demo's speed"
+
+
 def write_report(rows: List[Dict], meta: Dict, sources: List[str], references: List[str], out) -> str:
     """results.json, curves.png and README.md in ``out``; returns the text printed on the console."""
     from ..analysis.plotting import plot_loss_curves  # matplotlib, and torch through the probes
@@ -114,8 +125,8 @@ Sample test sentences (the first {s["samples"]}; every model's detokenised beam-
 {samples(rows, sources, references, s["samples"])}"""
     body = f"""# make demo: Post-LN, Pre-LN and ResiDual on the embedded synthetic corpus
 
-Measured by `{meta["command"]}` (what `make demo` runs): {meta["wall_seconds"]:.0f} s wall for this
-invocation (load average at its start {" / ".join(map(str, meta["load_average_at_start"]))};
+Measured by `{meta["command"]}`: {meta["wall_seconds"]:.0f} s wall for this
+invocation (load average at its start {" / ".join(map(str, meta["load_average_at_start"]))}{shared(meta)};
 {meta["jobs"]} trainings at a time, one torch thread each; {meta["reused"]} of {len(rows)} trainings reused
 from an earlier invocation). A small CPU run on a synthetic language pair, **not** a reproduction of the
 paper's tables.
@@ -140,3 +151,30 @@ Training curves: [curves.png](curves.png). Every number, each run's curves and e
 """
     write_text(out / "README.md", body)
     return summary
+
+
+def published_block(results: Dict) -> str:
+    """What README.md and docs/results.md show of a results.json: its table and reading, and the code and date."""
+    made = f"code {describe_git(results['provenance']['git'])}, {results['provenance']['date'][:10]}"
+    return (
+        f"{results_table(results['rows'])}\n\n{reading(results['rows'])}\n\nFrom `results/demo/results.json` ({made})."
+    )
+
+
+def _split(page: Path):
+    """``page``'s text before its demo block, the block (between ``BLOCK_START`` and ``BLOCK_END``), and after."""
+    before, rest = Path(page).read_text(encoding="utf-8").split(BLOCK_START + "\n", 1)
+    block, after = rest.split("\n" + BLOCK_END, 1)
+    return before, block, after
+
+
+def published(page: Path) -> str:
+    """The demo block of ``page`` as it stands."""
+    return _split(page)[1]
+
+
+def publish(results: Dict, pages) -> None:
+    """Replace the demo block of every page in ``pages`` with ``published_block(results)``."""
+    for page in pages:
+        before, _, after = _split(page)
+        write_text(page, f"{before}{BLOCK_START}\n{published_block(results)}\n{BLOCK_END}{after}")

@@ -1,7 +1,10 @@
 """``make demo``: Post-LN, Pre-LN and ResiDual on the embedded synthetic corpus, on CPU.
 
 Settings: ``configs/demo.yaml`` (``--set KEY=VALUE`` overrides one). Every scheme is trained at every depth
-setting and its test-set translations scored; ``results/demo/`` gets the table, samples, curves and a reading.
+setting and its test-set translations scored; ``work/demo/report/`` (ignored by git) gets the table, samples, curves
+and a reading. ``--update-results`` (``make demo-results``) writes them into the committed ``results/demo/`` and the
+table into README.md and docs/results.md instead, with the sha256 of the code they were computed with
+(``DEMO_CODE``): a test fails when that code has changed since, so it is the last step of any change to it.
 
 The trainings run ``jobs`` at a time with one torch thread each (one thread per process beats two oversubscribed
 ones whenever the cores are shared), the most expensive first so that the last to finish is a cheap one. A run's
@@ -26,13 +29,19 @@ import yaml
 from ..commands import run_training, score_test_set, train_command
 from ..errors import ConfigError, exit_on_user_error
 from ..files import write_json
-from ..provenance import provenance
+from ..provenance import code_sha256, provenance
 from ..training_log import json_record, outcome
 from .prepare import SRC, TGT, prepare_demo_data
-from .report import depth_label, write_report
+from .report import depth_label, publish, write_report
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CONFIG = ROOT / "configs" / "demo.yaml"
+RESULTS = ROOT / "results" / "demo"
+#: the pages showing the committed results' table
+PAGES = (ROOT / "README.md", ROOT / "docs" / "results.md")
+#: what the committed results are of: the whole plugin (every training and decoding loads all of it: its patches
+#: change batching, resuming and logging, so no part can be ruled out by reading), the demo's code and settings
+DEMO_CODE = ("fairseq_residual", "fairseq_residual_tools/demo", "configs/demo.yaml")
 DEPTH_KEYS = {"layers", "dim", "lr", "warmup", "max_tokens", "max_update", "validate_every"}
 
 
@@ -136,8 +145,21 @@ def main(argv=None):
         help="override one setting of the config, e.g. --set corpus.train=300 (repeatable; VALUE is YAML)",
     )
     p.add_argument("--work", default=str(ROOT / "work" / "demo"), help="data and checkpoints (default: %(default)s)")
-    p.add_argument("--out", default=str(ROOT / "results" / "demo"), help="report folder (default: %(default)s)")
+    p.add_argument("--out", help="report folder (default: WORK/report)")
+    p.add_argument(
+        "--update-results",
+        action="store_true",
+        help=f"write the committed results instead: {RESULTS.relative_to(ROOT)}/ and the table in README.md and "
+        "docs/results.md (the default settings only)",
+    )
     args = p.parse_args(argv)
+    if args.update_results:
+        if args.set or Path(args.config).resolve() != DEFAULT_CONFIG or args.out:
+            raise ConfigError(
+                "--update-results writes the committed results of the default settings: leave out "
+                "--set, --config and --out"
+            )
+    args.out = str(RESULTS) if args.update_results else args.out or str(Path(args.work) / "report")
     settings = load_settings(args.config, args.set)
 
     from fairseq_residual.schemes import SCHEMES
@@ -149,6 +171,7 @@ def main(argv=None):
 
     started = time.time()
     load_at_start = [round(x, 2) for x in os.getloadavg()]
+    code = code_sha256(DEMO_CODE)  # before training: the code the numbers come from
     work = Path(args.work)
     data = prepare_demo_data(
         work / f"data-{digest(settings['seed'], settings['corpus'])}", seed=settings["seed"], **settings["corpus"]
@@ -172,8 +195,12 @@ def main(argv=None):
         wall_seconds=round(time.time() - started, 1),
         load_average_at_start=load_at_start,
         provenance=provenance(),
+        code=dict(paths=list(DEMO_CODE), sha256=code),
     )
     print(write_report(rows, meta, sources, references, args.out))
+    if args.update_results:
+        publish({**meta, "rows": rows}, PAGES)
+        print(f"\nthe table in {' and '.join(str(p.relative_to(ROOT)) for p in PAGES)} updated", flush=True)
     print(f"\nwritten to {args.out} in {meta['wall_seconds']:.0f} s", flush=True)
     print(f"every training's curves: tensorboard --logdir {work / 'runs'}", flush=True)
 

@@ -136,7 +136,11 @@ def cmd_reproduce(args) -> int:
         for cell in cells:
             result = measured(cell, args.results, args.work)
             # the state's name in docs/reproduce.md; † as in the tables: not the paper's setting
-            status = ("evaluated" + (" †" if result.deviations else "")) if result.status == MEASURED else result.status
+            status = result.status
+            if result.status == MEASURED:
+                status = (
+                    "evaluated" + (" †" if result.deviations else "") + ("" if result.papers_data else ", other data")
+                )
             hours = ""
             if cell.implemented:
                 cfg = dataset_config(cell.dataset)

@@ -21,6 +21,7 @@ from ..provenance import provenance
 from ..runner import PLUGIN_DIR, fairseq_command, run_logged
 from . import scoring
 from .cells import AVERAGE_LAST, DATASETS, DECODING, ROOT, Dataset, parse_cell
+from .data_record import data_record
 from .status import FAILS, NOT_RUN, TRAINED, launch_records, training_state
 from .tables import result_path
 
@@ -69,30 +70,16 @@ _CASE = {
 }
 
 
-def what_ran(cfg, data: Path) -> dict:
+def what_ran(cfg, data: Path, dataset: str) -> dict:
     """The record's model and data fields: the trained model's options from its checkpoint's config (a cell trained
-    with overrides is not what its name says) and data prep's ``summary.json`` beside the data-bin, if any."""
+    with overrides is not what its name says), and the data named and judged (``data_record``)."""
     model = {key: cfg["model"].get(key) for key in MODEL_FIELDS if cfg["model"].get(key) is not None}
-    summary_path = Path(data).parent / "summary.json"
-    data_record = {"data_bin": str(data), "summary_json": None}
-    if summary_path.is_file():
-        summary = json.loads(summary_path.read_text(encoding="utf-8"))
-        translation = summary.get("translation", {})
-        data_record.update(
-            summary_json=str(summary_path),
-            recipe=summary.get("recipe"),
-            pairs=summary.get("pairs"),
-            tokenize=translation.get("tokenizer"),
-            subword=summary.get("subword"),
-            lowercase=translation.get("lowercase"),
-            options=summary.get("options"),
-        )
     top = {"scheme": model.get("residual_scheme"), **{k: model.get(k) for k in ("encoder_layers", "decoder_layers")}}
-    return {**{k: v for k, v in top.items() if v is not None}, "model": model, "data": data_record}
+    return {**{k: v for k, v in top.items() if v is not None}, "model": model, "data": data_record(data, dataset)}
 
 
-def scoring_description(dataset: Dataset, data_record: dict) -> str:
-    return dataset.scoring.format(case=_CASE[data_record.get("lowercase")])
+def scoring_description(dataset: Dataset, data: dict) -> str:
+    return dataset.scoring.format(case=_CASE[data.get("lowercase")])
 
 
 def training_record(cell_dir: Path) -> dict:
@@ -146,7 +133,9 @@ def evaluate(args) -> dict:
         if args.dry_run:
             print(f"{cell.name}: training diverged ({state.detail}): would record it as fails in {out_path}")
             return record
-        record.update(status="fails", divergence=state.detail, scores={})
+        launches = launch_records(cell_dir)
+        data = Path(args.data or launches[-1].get("data") or ROOT / dataset.data)  # what the last launch trained on
+        record.update(status="fails", divergence=state.detail, scores={}, data=data_record(data, cell.dataset))
         return _write(out_path, record)
     if state.name != TRAINED:
         if not args.allow_unfinished:
@@ -167,8 +156,8 @@ def evaluate(args) -> dict:
     if args.dry_run:
         print(f"{cell.name}: {state.name} ({state.detail}); would average {', '.join(p.name for p in checkpoints)}")
         beam = DECODING["beam"]
-        data_record = what_ran({"model": {}}, Path(args.data or ROOT / dataset.data))["data"]
-        scoring_text = scoring_description(dataset, data_record)
+        named = what_ran({"model": {}}, Path(args.data or ROOT / dataset.data), cell.dataset)["data"]
+        scoring_text = scoring_description(dataset, named)
         print(f"then decode the test sets with beam {beam} (fairseq-generate) and score them as: {scoring_text}")
         print(f"and write {out_path}")
         return record
@@ -176,7 +165,7 @@ def evaluate(args) -> dict:
     cfg = torch.load(averaged, map_location="cpu", weights_only=True)["cfg"]
     task = cfg["task"]
     data = Path(args.data or task["data"])
-    record.update(what_ran(cfg, data))
+    record.update(what_ran(cfg, data, cell.dataset))
     eval_dir = cell_dir / "evaluation"  # made by run_logged
     # decode(subset, task arguments, the --remove-bpe value, output file)
     decode = functools.partial(generate, data, averaged, args.cpu or not torch.cuda.is_available())

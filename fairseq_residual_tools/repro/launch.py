@@ -25,6 +25,7 @@ from hydra import compose as hydra_compose
 from hydra import initialize_config_dir
 
 import fairseq_residual  # noqa: F401  (registers the model's options)
+from fairseq_residual.finished_training import NOTHING_LEFT
 
 from ..errors import ConfigError, DataError, UserError
 from ..files import write_json, write_text
@@ -315,6 +316,15 @@ def _now(seconds: Optional[float] = None) -> str:
 def train(args, entry_module: str = ENTRY) -> int:
     plan = plan_launch(args, entry_module=entry_module)
     cell_dir = Path(plan.cell_dir)
+    last = cell_dir / "checkpoint_last.pt"
+    done = cell_dir / "train.done"
+    if done.is_file():
+        print(
+            f"{plan.cell}: {NOTHING_LEFT}: {done.read_text(encoding='utf-8').strip()} ({done.name}); its checkpoints "
+            f"are in {cell_dir}, scored by scripts/evaluate.sh --cell {plan.cell}; to train further, remove "
+            f"{done.name} and raise optimization.max_update or max_epoch after --"
+        )
+        return 0
     print(
         f"cell {plan.cell}: {plan.launcher} launch, {plan.nodes} node(s) x {plan.gpus_per_node} "
         f"{'CPU process' if plan.cpu else 'GPU'}(s); folder {cell_dir}"
@@ -322,11 +332,7 @@ def train(args, entry_module: str = ENTRY) -> int:
     for line in [plan.batch["text"], *plan.notes, plan.data_problem]:
         if line:
             print(line)
-    last = cell_dir / "checkpoint_last.pt"
-    done = cell_dir / "train.done"
-    if done.is_file():
-        print(f"already trained ({done}); remove that file to train further")
-    elif last.is_file():
+    if last.is_file():
         before = training_state(cell_dir)
         print(
             f"resuming from {last} (fairseq restores model, optimizer, schedule and data position); "
@@ -336,7 +342,7 @@ def train(args, entry_module: str = ENTRY) -> int:
         print("no checkpoint_last.pt yet: training from the start")
     print(plan.shell())
     print(f"curves: tensorboard --logdir {cell_dir / 'tensorboard'}")
-    if args.dry_run or done.is_file():
+    if args.dry_run:
         return 0
     if plan.data_problem:
         raise DataError(plan.data_problem)

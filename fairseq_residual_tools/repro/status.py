@@ -7,6 +7,8 @@ import signal
 from dataclasses import dataclass
 from pathlib import Path
 
+from fairseq_residual.finished_training import NOTHING_LEFT
+
 from ..training_log import divergence, read_log
 
 NOT_RUN = "not run"  # no launch has started (no train.log)
@@ -18,8 +20,10 @@ FAILED = "failed"  # the last launch exited otherwise; the detail is the log's l
 LAUNCH_MARK = "### "
 #: exit statuses of a process killed by SIGINT, SIGKILL or SIGTERM, as shells and srun report them
 _SIGNALLED = {128 + s for s in (signal.SIGINT, signal.SIGKILL, signal.SIGTERM)}
-_STOP_REASONS = (
+_STOP_REASONS = (  # fairseq's lines, and the plugin's for a launch that found the training finished
     ("Stopping training due to num_updates", "max_update reached"),
+    (f"{NOTHING_LEFT}: --max-update", "max_update reached"),
+    (f"{NOTHING_LEFT}: --stop-time-hours", "stop_time_hours reached"),
     ("early stop since valid performance", "early stop (patience)"),
     ("Stopping training due to cumulative_training_time", "stop_time_hours reached"),
     ("stopping training because current learning rate", "stop_min_lr reached"),

@@ -29,6 +29,7 @@ def test_importing_the_plugin_applies_every_row():
         "keep the last batch",
         "complete checkpoint files",
         "resume from a readable checkpoint",
+        "a finished training stays finished",
         "check the data folder",
         "one-line errors",
     ]
@@ -75,3 +76,20 @@ def test_docs_list_every_patch_with_its_issue():
         assert row.startswith(f"| {patch.name} |") and (patch.issue or "none found") in row
         for owner, name in patch.targets:
             assert f"`{owner.__name__.split('.')[-1]}.{name}`" in row, (patch.name, name)
+
+
+def test_fairseqs_epoch_function_is_patched_once_imported_and_undone_with_the_rest():
+    """The plugin does not import fairseq_cli.train (its import configures the root logger): applying the table
+    patches it where it is imported, undoing restores fairseq's own."""
+    from fairseq_cli import train
+
+    try:
+        patches.undo_all()
+        stock = train.train
+        patches.apply_all()
+        assert train.train.__wrapped__ is stock
+        patches.undo_all()
+        assert train.train is stock
+    finally:
+        patches.apply_all()
+    assert train.train.__wrapped__ is stock

@@ -47,3 +47,26 @@ def test_describe_names_versions_short_commit_and_uncommitted_changes():
         "Versions: python 3.11.7, torch 2.13.0. Code: git commit 0123456 with uncommitted changes. "
         "Machine: Linux-x, AMD EPYC, 2 CPUs, 24 GB. Date: 2026-12-01T05:00:00+00:00."
     )
+
+
+def test_the_code_sha256_changes_with_any_byte_of_the_code_and_only_with_the_code(tmp_path):
+    for root in (tmp_path / "a", tmp_path / "b"):
+        (root / "pkg" / "sub").mkdir(parents=True)
+        (root / "pkg" / "m.py").write_text("x = 1\n")
+        (root / "pkg" / "sub" / "n.py").write_text("y = 2\n")
+        (root / "settings.yaml").write_text("seed: 1\n")
+    paths = ["pkg", "settings.yaml"]
+    digest = provenance.code_sha256(paths, tmp_path / "a")
+    assert re.fullmatch(r"[0-9a-f]{64}", digest)
+    assert provenance.code_sha256(paths, tmp_path / "b") == digest  # another checkout of the same files
+    (tmp_path / "a" / "pkg" / "sub" / "__pycache__").mkdir()
+    (tmp_path / "a" / "pkg" / "sub" / "__pycache__" / "n.cpython-311.pyc").write_bytes(b"\0")
+    (tmp_path / "a" / "pkg" / "notes.txt").write_text("not code")
+    assert provenance.code_sha256(paths, tmp_path / "a") == digest
+    changed = []
+    for path, text in [("pkg/sub/n.py", "y = 3\n"), ("settings.yaml", "seed: 2\n"), ("pkg/o.py", "")]:
+        (tmp_path / "b" / path).write_text(text)
+        changed.append(provenance.code_sha256(paths, tmp_path / "b"))
+    assert len({digest, *changed}) == 4
+    (tmp_path / "a" / "pkg" / "m.py").rename(tmp_path / "a" / "pkg" / "k.py")  # the same bytes, another module
+    assert provenance.code_sha256(paths, tmp_path / "a") != digest

@@ -17,6 +17,8 @@ import pytest
 from fixtures_dataprep import build_iwslt, build_opus, build_wmt, pair, write_checksums, write_parallel
 from helpers import ROOT
 
+from fairseq_residual_tools.dataprep.pipeline import databin_sha256
+
 pytestmark = pytest.mark.slow  # the recipes run as scripts (fairseq-preprocess inside)
 
 REPO = ROOT
@@ -111,6 +113,16 @@ def test_iwslt_split_sizes_follow_the_recipe(iwslt):
         for lang in ("de", "en"):
             assert len(lines(iwslt.out / "text" / f"{split}.{lang}")) == n
     assert summary["expected_pairs_real_release"] == {"train": 160239, "valid": 7283, "test": 6750}
+
+
+def test_the_summary_names_the_archive_read_and_the_data_bins_content(iwslt):
+    """What a cell's record uses to tell the paper's data from other data (repro/data_record.py)."""
+    summary = json.loads((iwslt.out / "summary.json").read_text())
+    fixture = json.loads(iwslt.checksums.read_text())["archives"]["de-en.tgz"]["sha256"]
+    assert summary["archives"] == {"de-en.tgz": fixture}  # the fixture's, not the release's
+    assert summary["data_bin_sha256"] == databin_sha256(iwslt.out / "bin")
+    names = sorted(p.name for p in (iwslt.out / "bin").iterdir() if p.suffix in (".txt", ".bin", ".idx"))
+    assert names[:2] == ["dict.de.txt", "dict.en.txt"] and len(names) == 2 + 3 * 2 * 2  # 3 splits x 2 sides x bin/idx
 
 
 def test_iwslt_valid_is_every_23rd_cleaned_line(iwslt):

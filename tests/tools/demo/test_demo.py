@@ -1,13 +1,19 @@
-"""`make demo`: its settings file, its reading of the numbers, and a reduced run end to end."""
+"""`make demo`: its settings file, its reading of the numbers, a reduced run end to end that leaves the tree as it
+found it, and the committed results: of today's code, and the table the README and docs/results.md show."""
 
 import json
+import subprocess
 
 import pytest
+from helpers import ROOT
 
 from fairseq_residual_tools.demo import run
-from fairseq_residual_tools.demo.report import reading
-from fairseq_residual_tools.demo.run import DEFAULT_CONFIG, load_settings
+from fairseq_residual_tools.demo.report import published, published_block, reading
+from fairseq_residual_tools.demo.run import DEFAULT_CONFIG, DEMO_CODE, PAGES, RESULTS, load_settings
 from fairseq_residual_tools.errors import ConfigError
+from fairseq_residual_tools.provenance import code_sha256
+
+REDO = "run `make demo-results` (python -m fairseq_residual_tools.demo.run --update-results) and commit what it writes"
 
 # A reduced demo: a small lexicon (each word seen often), an E1D1 model that learns it in
 # 200 updates, and an E2D2 setting of a few updates; every scheme. Measured: see TINY_BLEU_FLOOR.
@@ -66,12 +72,22 @@ def test_the_reading_says_so_when_the_deep_setting_does_not_show_the_papers_poin
     assert reading(rows).endswith("so this run does not show Post-LN failing where ResiDual trains.")
 
 
+def tree_state():
+    """git's status of the checkout, and the bytes of the committed results and the pages showing them."""
+    status = subprocess.run(["git", "status", "--porcelain"], cwd=ROOT, capture_output=True, text=True, check=True)
+    files = sorted(p for p in RESULTS.rglob("*") if p.is_file()) + list(PAGES)
+    return status.stdout, {str(p): p.read_bytes() for p in files}
+
+
 @pytest.mark.slow
 def test_a_reduced_demo_translates_reports_every_scheme_and_depth_and_reuses_its_trainings(tmp_path, capsys):
-    argv = ["--work", str(tmp_path / "work"), "--out", str(tmp_path / "out")] + [a for o in TINY for a in ("--set", o)]
+    argv = ["--work", str(tmp_path / "work")] + [a for o in TINY for a in ("--set", o)]
+    before = tree_state()
     run.main(argv)
     first = capsys.readouterr().out
-    report = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert tree_state() == before  # the report goes to WORK/report, not into the committed results
+    report = json.loads((tmp_path / "work" / "report" / "results.json").read_text())
+    assert report["code"] == {"paths": list(DEMO_CODE), "sha256": code_sha256(DEMO_CODE)}
     rows = report["rows"]
     assert [(r["scheme"], r["layers"]) for r in rows] == [(s, d) for d in (1, 2) for s in ("post", "pre", "residual")]
     assert max(r["bleu"] for r in rows if r["layers"] == 1) > TINY_BLEU_FLOOR
@@ -80,7 +96,7 @@ def test_a_reduced_demo_translates_reports_every_scheme_and_depth_and_reuses_its
         assert len(r["samples"]) == 5 and r["train_curve"][-1][0] == r["depth"]["max_update"]
     assert "[post E1D1] update 200/200  loss" in first  # progress lines while it trains
     assert first.count("1. source: ") == 1 and "Measured: at E1D1" in first
-    assert (tmp_path / "out" / "curves.png").stat().st_size > 5000
+    assert (tmp_path / "work" / "report" / "curves.png").stat().st_size > 5000
 
     run.main(argv)  # a second run reuses every training and prints the same table
     second = capsys.readouterr().out
@@ -103,3 +119,25 @@ def test_the_reading_says_so_when_every_scheme_fails_at_a_depth():
         "Measured: at E12D12 every scheme failed by the rule, so this run does not show Post-LN failing where "
         "ResiDual trains."
     )
+
+
+def test_the_committed_demo_results_are_of_todays_plugin_demo_and_settings():
+    """Fails after any change to fairseq_residual/, the demo's code or configs/demo.yaml until the demo is run again
+    with --update-results: the sha256 of those files recorded in results.json must be today's."""
+    results = json.loads((RESULTS / "results.json").read_text())
+    code = results.get("code", {})
+    assert code.get("paths") == list(DEMO_CODE), f"results/demo/results.json names no code sha256: {REDO}"
+    assert code.get("sha256") == code_sha256(DEMO_CODE), f"results/demo/ is of other code than today's: {REDO}"
+    assert results["settings"] == load_settings(DEFAULT_CONFIG) and "--update-results" in results["command"]
+
+
+def test_the_readme_and_docs_show_the_committed_demo_table():
+    results = json.loads((RESULTS / "results.json").read_text())
+    for page in PAGES:
+        assert published(page) == published_block(results), f"{page.name} shows another table: {REDO}"
+
+
+def test_updating_the_committed_results_takes_the_default_settings_only(tmp_path):
+    for extra in (["--set", "corpus.train=300"], ["--out", str(tmp_path)], ["--config", str(tmp_path / "x.yaml")]):
+        with pytest.raises(ConfigError, match="--update-results writes the committed results of the default"):
+            run.main(["--update-results", "--work", str(tmp_path), *extra])

@@ -135,10 +135,15 @@ def test_training_resumes_from_the_cells_checkpoint_last_and_skips_finished_cell
     # fairseq restores from checkpoint.save_dir/checkpoint_last.pt: the cell's folder
     assert f"checkpoint.save_dir={cell_dir}" in out
 
-    (cell_dir / "train.done").write_text("done\n")
+    (cell_dir / "train.done").write_text("fairseq-hydra-train finished (max_update reached) at 2026-01-01 00:00:00\n")
     args.dry_run = False
     assert launch.train(args) == 0  # nothing is run
-    assert "already trained" in capsys.readouterr().out
+    assert capsys.readouterr().out == (
+        "iwslt14/pre/e6d6: nothing left to do: fairseq-hydra-train finished (max_update reached) at 2026-01-01 "
+        f"00:00:00 (train.done); its checkpoints are in {cell_dir}, scored by scripts/evaluate.sh --cell "
+        "iwslt14/pre/e6d6; to train further, remove train.done and raise optimization.max_update or max_epoch "
+        "after --\n"
+    )
     assert not (cell_dir / "train.log").exists()
 
 
@@ -242,6 +247,18 @@ def test_a_killed_launch_resumes_with_the_same_command(tmp_path, demo_databin):
     state = training_state(cell_dir)
     assert (state.name, state.detail) == (TRAINED, "max_epoch reached") and (cell_dir / "train.done").is_file()
     assert sorted(p.name for p in cell_dir.glob("checkpoint[0-9]*.pt")) == [f"checkpoint{e}.pt" for e in range(1, 4)]
+
+    # a launcher killed after the training's last save left no train.done: the same command trains nothing more
+    (cell_dir / "train.done").unlink()
+    checkpoints = {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in cell_dir.glob("*.pt")}
+    out = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    assert "nothing left to do: --max-epoch 3 reached" in out.stdout and "num_updates=" not in out.stdout
+    assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in cell_dir.glob("*.pt")} == checkpoints
+    state = training_state(cell_dir)
+    assert (state.name, state.detail) == (TRAINED, "max_epoch reached") and (cell_dir / "train.done").is_file()
+    out = subprocess.run(command, env=env, capture_output=True, text=True)  # and with train.done: one line
+    assert out.returncode == 0 and out.stdout.count("\n") == 1 and "nothing left to do" in out.stdout
 
 
 def _cmdline(pid: str) -> str:

@@ -149,7 +149,7 @@ def test_the_record_says_what_was_trained_and_how_the_data_was_prepared(tmp_path
     summary = {"recipe": "custom", "pairs": {"train": 800}, "subword": "bpe", "options": {"lowercase": lowercase}}
     summary["translation"] = {"lowercase": lowercase, "tokenizer": "moses"}
     write_json(data.parent / "summary.json", summary)
-    record = what_ran(trained_cfg(2), data)
+    record = what_ran(trained_cfg(2), data, "iwslt14")
     assert (record["scheme"], record["encoder_layers"], record["decoder_layers"]) == ("residual", 2, 2)
     assert record["model"] == {k: v for k, v in trained_cfg(2)["model"].items() if k != "dropout"}
     assert record["data"]["lowercase"] is lowercase and record["data"]["recipe"] == "custom"
@@ -160,21 +160,30 @@ def test_the_record_says_what_was_trained_and_how_the_data_was_prepared(tmp_path
 
 
 def test_without_a_data_prep_summary_the_case_is_unknown_not_assumed(tmp_path):
-    record = what_ran(trained_cfg(6), tmp_path / "bin")
-    assert record["data"] == {"data_bin": str(tmp_path / "bin"), "summary_json": None}
+    record = what_ran(trained_cfg(6), tmp_path / "bin", "iwslt14")
+    assert (record["data"]["data_bin"], record["data"]["summary_json"], record["data"]["papers_data"]) == (
+        str(tmp_path / "bin"),
+        None,
+        False,
+    )
     assert "case unknown" in scoring_description(DATASETS["iwslt14"], record["data"])
 
 
-def test_list_says_evaluated_and_marks_a_result_that_is_not_the_papers_setting(tmp_path, capsys):
+def test_list_says_evaluated_and_marks_a_result_that_is_not_the_papers_setting_or_data(tmp_path, capsys):
     cell = "iwslt14/residual/e6d6"
-    record = {"status": "measured", "scores": {"bleu": 1.0}, "training": {"state": "trained"}}
+    record = {"status": "measured", "scores": {"bleu": 1.0}, "data": {"data_bin": "/bin", "papers_data": True}}
     write_json(tmp_path / "cells" / f"{cell}.json", {**record, "training": {"state": "trained", "deviations": []}})
     write_json(
         tmp_path / "cells" / "iwslt14/pre/e6d6.json",
         {**record, "training": {"state": "trained", "deviations": ["trained on CPU"]}},
     )
+    own = {"data_bin": "/own/bin", "papers_data": False}
+    write_json(
+        tmp_path / "cells" / "iwslt14/post/e12d12.json", {**record, "data": own, "training": {"state": "trained"}}
+    )
     argv = ["reproduce", "--table", "iwslt14", "--list", "--results", str(tmp_path / "cells"), "--work", str(tmp_path)]
     assert cli.main(argv) == 0
     rows = {line.split()[0]: line.split()[1:] for line in capsys.readouterr().out.splitlines()[1:]}
     assert rows[cell][:1] == ["evaluated"] and rows["iwslt14/pre/e6d6"][:2] == ["evaluated", "†"]
+    assert rows["iwslt14/post/e12d12"][:3] == ["evaluated,", "other", "data"]
     assert rows["iwslt14/post/e6d6"][:2] == ["not", "run"]

@@ -66,6 +66,10 @@ def test_trained_means_fairseq_finished_and_says_why(tmp_path):
     early = "[fairseq_cli.train][INFO] - early stop since valid performance hasn't improved for last 20 runs\n"
     assert cell(tmp_path, LAUNCH + PROGRESS + early + DONE, returncodes=[0]).detail == "early stop (patience)"
     assert cell(tmp_path, LAUNCH + PROGRESS + DONE, returncodes=[0]).detail == "max_epoch reached"
+    # a launch that found the training finished (killed after its last save) says why in the plugin's line
+    again = "[fairseq_residual.finished_training][INFO] - nothing left to do: --max-update 50 reached (50 updates)\n"
+    state = cell(tmp_path, LAUNCH + PROGRESS + MAX_UPDATE + LAUNCH + again + DONE, returncodes=[137, 0])
+    assert (state.name, state.detail) == (TRAINED, "max_update reached")
     # exit 0 without fairseq's own end line is not a finished training
     state = cell(tmp_path, LAUNCH + PROGRESS, returncodes=[0])
     assert state.name == FAILED and state.detail.startswith("fairseq did not log 'done training'")

@@ -1,0 +1,124 @@
+"""A finished training stays finished: the same ``fairseq-train`` command run again does nothing and says so.
+
+fairseq's train loop checks ``--max-update`` (and ``--stop-time-hours``) only after an update. Run again on a
+training that reached its budget, it loads the last checkpoint, trains one more update, saves and stops ("num_updates:
+151 >= max_update: 150"): each re-run adds one, so a kill after the last save, a scheduler's requeue or a script run
+twice changed the final model. A training that stopped by ``--stop-min-lr`` under ``reduce_lr_on_plateau`` trained
+on too: the epoch's plateau step that took the learning rate below the minimum runs after the epoch's save, so the
+checkpoint holds the learning rate before it. Loading the plugin changes two things:
+
+* resuming from a checkpoint saved at an epoch's end first takes the step the learning-rate schedule took after that
+  save (``trainer.lr_step(epoch, val_loss)`` with the validation loss saved in it), as the uninterrupted run did: a
+  plateau schedule resumed between two epochs then goes on exactly as without the stop;
+* a loaded training that has reached ``--max-update``, ``--max-epoch``, ``--stop-min-lr`` or ``--stop-time-hours``
+  logs one line (``NOTHING_LEFT``: why, and where its checkpoints are) and ends without an update: fairseq's epoch
+  function (``fairseq_cli.train.train``) returns "stop" before its first step, no checkpoint is written, exit status 0.
+
+``fairseq_cli.train`` is patched where it is imported (under ``fairseq-train`` and ``fairseq-hydra-train`` it is,
+before the plugin), and again by the first checkpoint load of a training: the plugin does not import it itself,
+since that import configures Python's root logger. Early stopping (``--patience``) is not covered: fairseq does not
+save its count of validations without improvement, so a re-run cannot tell that it had stopped.
+"""
+
+import functools
+import logging
+import os
+import sys
+from typing import Any, Optional
+
+from fairseq import checkpoint_utils
+
+logger = logging.getLogger(__name__)
+
+#: how the line for a finished training begins (the reproduction harness reads it in train.log)
+NOTHING_LEFT = "nothing left to do"
+#: the mark on this module's wrappers (``fairseq_residual`` alone is on every patch's, and functools.wraps copies it)
+_MARK = "fairseq_residual_finished_training"
+
+
+def stop_reason(cfg, trainer, next_epoch: int) -> Optional[str]:
+    """Why a training with options ``cfg`` and ``trainer``'s state, about to begin epoch ``next_epoch``, is finished
+    (fairseq's own stopping rules, checked before a step instead of after one), or None."""
+    opt = cfg.optimization
+    updates = trainer.get_num_updates()
+    if opt.max_update and updates >= opt.max_update:
+        return f"--max-update {opt.max_update} reached ({updates} updates); to train further, raise --max-update"
+    if opt.max_epoch and next_epoch > opt.max_epoch:
+        return f"--max-epoch {opt.max_epoch} reached ({updates} updates); to train further, raise --max-epoch"
+    lr = trainer.get_lr()
+    if lr <= opt.stop_min_lr:
+        return f"the learning rate {lr:g} is at or below --stop-min-lr {opt.stop_min_lr:g} ({updates} updates)"
+    hours = trainer.cumulative_training_time() / 3600
+    if opt.stop_time_hours > 0 and hours > opt.stop_time_hours:
+        return f"--stop-time-hours {opt.stop_time_hours:g} reached ({hours:.2f} hours); raise it to train further"
+    return None
+
+
+def _result(cfg, suffix: str) -> str:
+    """Where a finished training's checkpoints are, in words."""
+    names = [f"checkpoint_{kind}{suffix}.pt" for kind in ("best", "last")]
+    found = [name for name in names if os.path.isfile(os.path.join(cfg.checkpoint.save_dir, name))]
+    if not found:
+        return f"it was loaded from {cfg.checkpoint.restore_file}"
+    return f"its checkpoints are in {cfg.checkpoint.save_dir} ({', '.join(found)})"
+
+
+def replay_epoch_end(trainer, extra_state, epoch_itr) -> None:
+    """After loading a checkpoint saved at the end of epoch E (its iterator at epoch E+1, position 0), take the
+    learning-rate step ``lr_step(E, val_loss)`` that fairseq's loop took after that save; not when the schedule or the
+    iterator was reset (fine-tuning starts over)."""
+    itr_state = (extra_state or {}).get("train_iterator") or {}
+    epoch = itr_state.get("epoch", 1)
+    checkpoint_cfg = trainer.cfg.checkpoint
+    resets = checkpoint_cfg.reset_lr_scheduler or checkpoint_cfg.reset_optimizer or checkpoint_cfg.reset_dataloader
+    if itr_state.get("iterations_in_epoch", 0) == 0 and epoch > 1 and epoch_itr.epoch == epoch and not resets:
+        trainer.lr_step(epoch - 1, extra_state.get("val_loss"))
+
+
+def _finishing_load_checkpoint(load_checkpoint):
+    @functools.wraps(load_checkpoint)
+    def load(cfg, trainer, **passthrough_args):
+        extra_state, epoch_itr = load_checkpoint(cfg, trainer, **passthrough_args)
+        _wrap_train_loop()  # the training process has imported fairseq_cli.train by now
+        if extra_state is not None:
+            replay_epoch_end(trainer, extra_state, epoch_itr)
+            reason = stop_reason(trainer.cfg, trainer, epoch_itr.next_epoch_idx)
+            if reason is not None:
+                logger.info(f"{NOTHING_LEFT}: {reason}; {_result(trainer.cfg, trainer.checkpoint_suffix)}")
+        return extra_state, epoch_itr
+
+    setattr(load, _MARK, True)
+    return load
+
+
+def _stopping_train(train):
+    """fairseq_cli.train's epoch function, returning "stop" (no validation loss) before a step of a finished
+    training; the load logged why."""
+
+    @functools.wraps(train)
+    def train_epoch(cfg, trainer, task, epoch_itr):
+        if stop_reason(cfg, trainer, epoch_itr.next_epoch_idx) is not None:
+            return [None], True
+        return train(cfg, trainer, task, epoch_itr)
+
+    setattr(train_epoch, _MARK, True)
+    return train_epoch
+
+
+def _wrap_train_loop() -> None:
+    module: Any = sys.modules.get("fairseq_cli.train")
+    if module is not None and not getattr(module.train, _MARK, False):
+        module.train = _stopping_train(module.train)
+
+
+def apply() -> None:
+    if not getattr(checkpoint_utils.load_checkpoint, _MARK, False):
+        checkpoint_utils.load_checkpoint = _finishing_load_checkpoint(checkpoint_utils.load_checkpoint)
+    _wrap_train_loop()
+
+
+def undo_train_loop() -> None:
+    """Give ``fairseq_cli.train`` its own epoch function back (``patches.undo_all``; it is not a fixed target)."""
+    module: Any = sys.modules.get("fairseq_cli.train")
+    if module is not None and getattr(module.train, _MARK, False):
+        module.train = module.train.__wrapped__
