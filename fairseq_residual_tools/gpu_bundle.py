@@ -282,6 +282,7 @@ def manifest(out: Path, torch_version: str) -> dict:
 def build(args) -> dict:
     out, work = Path(args.out), Path(args.work)
     out.mkdir(parents=True, exist_ok=True)
+    previous = json.loads((out / MANIFEST).read_text()) if (out / MANIFEST).is_file() else None
     (out / MANIFEST).unlink(missing_ok=True)  # written last: a killed build leaves no complete-looking bundle
     pins = read_pins(ROOT / "constraints.txt")
     python = build_environment(find_python(args.python), work / "build-env")
@@ -291,8 +292,15 @@ def build(args) -> dict:
             stale.unlink()
     build_fairseq(python, pins["fairseq-fixed"], work, out)
     collect(python, pins, work, out)
-    build_project(python, work, out)
+    if not (previous and previous["source_sha256"] == source_digest() and list(out.glob(f"{PROJECT}-*.whl"))):
+        build_project(python, work, out)
     record = manifest(out, read_pins(BUILD_PINS)["torch"])
+    if previous and previous["files"] == record["files"]:
+        write_json(out / MANIFEST, previous)
+        print(
+            f"[gpu-bundle] {out} is up to date ({len(record['files'])} wheels, built {previous['built']}): nothing rebuilt"
+        )
+        return previous
     write_json(out / MANIFEST, record)
     print(
         f"[gpu-bundle] {out}: {len(record['files'])} wheels, {record['bytes'] / 2**20:.1f} MiB, "

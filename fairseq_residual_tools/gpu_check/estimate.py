@@ -142,21 +142,25 @@ def host_seconds_per_op(workload: Workload, steps: int = 10) -> float:
 
     from ..bench.steps import synthetic_batch
 
-    torch.set_num_threads(1)
-    model, task = _model(workload, width=TINY_WIDTH, device="cpu")
-    model.train()
-    sample = synthetic_batch(task, 8, 6, 6)
-    optimizer = Adam(model.parameters(), lr=1e-4)
-    operations = _dispatch_counter()
-    with operations:
-        _step(model, sample, optimizer)
-    for _ in range(2):
-        _step(model, sample, optimizer)
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        _step(model, sample, optimizer)
-        times.append(time.perf_counter() - start)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # one launching thread, as a training process's host side
+    try:
+        model, task = _model(workload, width=TINY_WIDTH, device="cpu")
+        model.train()
+        sample = synthetic_batch(task, 8, 6, 6)
+        optimizer = Adam(model.parameters(), lr=1e-4)
+        operations = _dispatch_counter()
+        with operations:
+            _step(model, sample, optimizer)
+        for _ in range(2):
+            _step(model, sample, optimizer)
+        times = []
+        for _ in range(steps):
+            start = time.perf_counter()
+            _step(model, sample, optimizer)
+            times.append(time.perf_counter() - start)
+    finally:
+        torch.set_num_threads(threads)
     return statistics.median(times) / operations.count
 
 
