@@ -298,7 +298,8 @@ def build(args) -> dict:
     if previous and previous["files"] == record["files"]:
         write_json(out / MANIFEST, previous)
         print(
-            f"[gpu-bundle] {out} is up to date ({len(record['files'])} wheels, built {previous['built']}): nothing rebuilt"
+            f"[gpu-bundle] {out} is up to date ({len(record['files'])} wheels, built {previous['built']}): "
+            "nothing rebuilt"
         )
         return previous
     write_json(out / MANIFEST, record)
