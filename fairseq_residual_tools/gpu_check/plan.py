@@ -111,6 +111,12 @@ def _device_options(scale: Scale) -> List[object]:
     return ["--cpu"] if scale.cpu else []
 
 
+def _time_limit(scale: Scale, seconds: float) -> List[object]:
+    """fairseq-train's own stop after ``seconds`` of training, on the GPU (the CPU path's runs stop by their
+    fixed updates: its times are not the budget's)."""
+    return [] if scale.cpu else ["--stop-time-hours", f"{seconds / 3600:.4f}"]
+
+
 def precision_command(databin, scheme: str, precision: str, scale: Scale, stop_s: float) -> List[str]:
     """fairseq-train at the precision depth: no checkpoints, no validation, JSON logs every 10 updates."""
     return fairseq_command(
@@ -123,7 +129,7 @@ def precision_command(databin, scheme: str, precision: str, scale: Scale, stop_s
         *("--lr-scheduler", "inverse_sqrt", "--warmup-updates", 100),
         *("--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"),
         *("--max-tokens", scale.max_tokens, "--max-update", scale.precision_updates, "--no-save"),
-        *("--disable-validation", "--seed", 1, "--num-workers", 0, "--stop-time-hours", f"{stop_s / 3600:.4f}"),
+        *("--disable-validation", "--seed", 1, "--num-workers", 0, *_time_limit(scale, stop_s)),
         *("--log-format", "json", "--log-interval", max(1, scale.precision_updates // 20)),
         *_device_options(scale),
         *PRECISIONS[precision],
@@ -147,7 +153,7 @@ def claims_command(
         *("--warmup-init-lr", "1e-7" if warmup else "5e-4"),
         *("--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"),
         *("--max-tokens", scale.max_tokens, "--max-update", updates if scale.cpu else 4 * updates),
-        *("--stop-time-hours", f"{stop_s / 3600:.4f}", "--disable-validation", "--seed", 1, "--num-workers", 0),
+        *(*_time_limit(scale, stop_s), "--disable-validation", "--seed", 1, "--num-workers", 0),
         # one checkpoint, at the end (the BLEU scoring reads it), without Adam's state
         *("--save-dir", save_dir, "--save-interval", 10**6, "--no-save-optimizer-state", "--no-epoch-checkpoints"),
         *("--log-format", "json", "--log-interval", max(1, updates // 20)),

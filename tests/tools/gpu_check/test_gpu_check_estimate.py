@@ -19,6 +19,12 @@ def test_counts_are_the_same_on_every_run_and_scale_as_the_work_does():
     assert deeper["ops"] > first["ops"] and deeper["flops"] > first["flops"]
 
 
+@pytest.mark.parametrize("scheme", ["post", "pre", "residual"])
+def test_counts_extended_from_depths_one_and_two_equal_a_direct_count(scheme):
+    w = Workload(layers=4, scheme=scheme, sentences=3, **TINY)
+    assert count_step(w) == estimate.count_at_depth(w)
+
+
 def test_residual_launches_more_operations_than_pre_ln_for_the_same_arithmetic_in_its_layers():
     pre = count_step(Workload(layers=2, scheme="pre", sentences=3, **TINY))
     residual = count_step(Workload(layers=2, scheme="residual", sentences=3, **TINY))

@@ -86,6 +86,9 @@ def test_the_cpu_path_runs_every_part_at_tiny_sizes_and_says_why_plain_fp16_is_l
     assert all("--encoder-embed-dim 16" in options(r) for r in parts["claims"].runs)
     assert {r.label.split()[1] for r in parts["claims"].runs} == {"e1d1", "e2d2"}
     assert "--backend aot_eager" in options(parts["compiled"].runs[0])
+    # the CPU's times are not the budget's: its trainings stop at their fixed updates only
+    assert all("--stop-time-hours" not in options(r) for r in parts["precision"].runs + parts["claims"].runs)
+    assert all(f"--max-update {plan.CPU_TINY.claims_updates}" in options(r) for r in parts["claims"].runs)
 
 
 @pytest.mark.parametrize(
