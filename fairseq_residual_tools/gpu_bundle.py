@@ -415,23 +415,10 @@ def install(args) -> None:
     bundle, target = Path(args.bundle), Path(args.target)
     wheels = verify(bundle)
     target.mkdir(parents=True, exist_ok=True)
-    run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "install",
-            "--disable-pip-version-check",
-            "--no-index",
-            "--no-deps",
-            "--no-compile",
-            "--quiet",
-            "--target",
-            target,
-            *wheels,
-        ],
-        f"pip install of {bundle}",
-    )
+    # pip byte-compiles what it installs: Python 3.12 would otherwise compile fairseq's sources in every fresh
+    # process and print their SyntaxWarnings (invalid escape sequences in fairseq's own code) on stderr
+    pip = [sys.executable, "-m", "pip", "install", "--disable-pip-version-check", "--no-index", "--no-deps", "--quiet"]
+    run([*pip, "--target", target, *wheels], f"pip install of {bundle}")
     check_imports(target)
     print(
         f"[gpu-bundle] {len(wheels)} wheels from {bundle} installed into {target}; fairseq, its compiled "
