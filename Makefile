@@ -4,6 +4,8 @@
 # make demo    -- same environment, then train Post-LN / Pre-LN / ResiDual on the embedded corpus (report: work/demo/)
 # make demo-results -- the same, written into the committed results/demo/ and the README's table (after a plugin change)
 # make bench   -- same environment, then the side-by-side speed / memory benchmark
+# make gpu-bundle -- wheels for an offline GPU node (CPython 3.12, torch 2.11) -> gpu-bundle/ (docs/install.md);
+#                 needs a Python 3.12 and PyPI, builds in work/gpu-bundle/ (~4.7 GB, once), not part of make test
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -11,7 +13,7 @@ PIP    := $(BIN)/pip install --disable-pip-version-check
 # the install is redone only when pyproject.toml, setup.py, constraints.txt or quiet.py (the .pth line) changes
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install test lint demo demo-results bench constraints clean-venv
+.PHONY: install test lint demo demo-results bench gpu-bundle constraints clean-venv
 
 install: $(STAMP)
 
@@ -40,6 +42,10 @@ demo-results: $(STAMP)
 # glibc malloc keeps freed memory in the measuring processes, as PyTorch's allocator does on a GPU
 bench: $(STAMP)
 	$(BIN)/python scripts/bench.py --malloc keep
+
+# the bundle's own code uses the standard library only: no .venv needed
+gpu-bundle:
+	$(PYTHON) -m fairseq_residual_tools.gpu_bundle build --out gpu-bundle
 
 # after a tested upgrade of .venv: write its exact versions to constraints.txt (torch without its +cpu label)
 constraints: $(STAMP)

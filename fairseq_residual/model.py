@@ -13,7 +13,6 @@ import math
 from typing import List, Optional
 
 import torch
-from fairseq import utils
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model
@@ -57,10 +56,11 @@ def future_mask(x: Tensor) -> Tensor:
     """The decoder's causal self-attention mask for ``x`` (time first), -inf above the diagonal.
 
     fairseq's ``buffered_future_mask`` caches it on the decoder (an attribute written during the
-    forward, which two threads race on); this is the same mask, made for the call.
+    forward, which two threads race on); this is the same mask, made for the call on ``x``'s device
+    and in its dtype (made on the host and moved, it would be a blocking copy in every GPU step).
     """
     dim = x.size(0)
-    return torch.triu(utils.fill_with_neg_inf(torch.zeros([dim, dim])), 1).to(x)
+    return torch.full((dim, dim), float("-inf"), dtype=x.dtype, device=x.device).triu(1)
 
 
 class ResidualTransformerEncoder(TransformerEncoderBase):

@@ -70,24 +70,40 @@ def run_training(cmd: Sequence[str], out_file: Path, label: str, on_line: Option
             raise
 
 
-def score_test_set(databin, save_dir: Path, references: List[str], label: str, *extra) -> Tuple[List[str], Dict]:
-    """Decode the test set with ``save_dir``'s last checkpoint (``extra``: more options) and score it with sacrebleu:
-    the hypotheses and the result fields ``bleu``, ``bleu_signature``, ``generate_command``; failure raises RunError."""
-    from .repro.scoring import detokenize, parse_generate, sacrebleu_score  # fairseq: loaded only to score
-
+def generate_command(databin, save_dir: Path, *extra, cpu: bool = True) -> List[str]:
+    """fairseq-generate of the test set with ``save_dir``'s last checkpoint, beam 5 (``extra``: more options), its
+    output in ``save_dir/generate-test``."""
     save_dir = Path(save_dir)
-    cmd = fairseq_command(
+    return fairseq_command(
         "generate",
         databin,
         *("--user-dir", PLUGIN_DIR, "--path", save_dir / "checkpoint_last.pt", "--gen-subset", "test"),
-        *("--beam", "5", "--remove-bpe", "--max-tokens", "4000", "--cpu", "--results-path", save_dir / "generate-test"),
+        *("--beam", "5", "--remove-bpe", "--max-tokens", "4000", *(["--cpu"] if cpu else [])),
+        *("--results-path", save_dir / "generate-test"),
         *extra,
         # the paper's validation decoding limit (max length 1.2 x source + 10); it also keeps a
         # diverged model from spending minutes on 200-token outputs
         *("--max-len-a", "1.2", "--max-len-b", "10"),
     )
-    run_logged(cmd, save_dir / "generate.out", env=RUN_ENV, label=f"{label}: fairseq-generate")
-    output = (save_dir / "generate-test" / "generate-test.txt").read_text(encoding="utf-8")
-    hypotheses = detokenize(parse_generate(output).hypotheses, "en")  # Moses-detokenised, in test-set order
+
+
+def score_generated(save_dir: Path, references: List[str]) -> Tuple[List[str], float, str]:
+    """The Moses-detokenised hypotheses of a ``generate_command``'s output, in test-set order, and their sacrebleu
+    score and signature against ``references``."""
+    from .repro.scoring import detokenize, parse_generate, sacrebleu_score  # fairseq: loaded only to score
+
+    output = (Path(save_dir) / "generate-test" / "generate-test.txt").read_text(encoding="utf-8")
+    hypotheses = detokenize(parse_generate(output).hypotheses, "en")
     bleu, signature = sacrebleu_score(hypotheses, references)
+    return hypotheses, bleu, signature
+
+
+def score_test_set(databin, save_dir: Path, references: List[str], label: str, *extra) -> Tuple[List[str], Dict]:
+    """Decode the test set on the CPU with ``save_dir``'s last checkpoint (``extra``: more options) and score it with
+    sacrebleu: the hypotheses and the result fields ``bleu``, ``bleu_signature``, ``generate_command``; failure
+    raises RunError."""
+    save_dir = Path(save_dir)
+    cmd = generate_command(databin, save_dir, *extra)
+    run_logged(cmd, save_dir / "generate.out", env=RUN_ENV, label=f"{label}: fairseq-generate")
+    hypotheses, bleu, signature = score_generated(save_dir, references)
     return hypotheses, dict(bleu=bleu, bleu_signature=signature, generate_command=" ".join(map(str, cmd[2:])))

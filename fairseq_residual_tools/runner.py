@@ -46,11 +46,13 @@ def run_logged(
     env: Optional[Dict[str, str]] = None,
     label: Optional[str] = None,
     on_line: Optional[Callable[[str], object]] = None,
+    timeout: Optional[float] = None,
 ) -> None:
     """Run ``cmd`` with stdout and stderr appended to ``log_path``; raise ``RunError`` if it fails. ``env`` is set on
     top of this process's environment; ``on_line`` sees every output line as it is logged (for progress on the
-    console); ``label`` names the command in the error. Stop signals are passed on from the main thread only
-    (Python handles signals there)."""
+    console); ``label`` names the command in the error; after ``timeout`` seconds the command gets SIGTERM (SIGKILL
+    10 s later) and the error says so. Stop signals are passed on from the main thread only (Python handles
+    signals there)."""
     cmd, log_path = list(map(str, cmd)), Path(log_path)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     last_line, received = "", []
@@ -72,6 +74,10 @@ def run_logged(
 
         main_thread = threading.current_thread() is threading.main_thread()
         previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS} if main_thread else {}
+        timer = threading.Timer(timeout, _stop, (proc, received, timeout)) if timeout is not None else None
+        if timer is not None:
+            timer.daemon = True
+            timer.start()
         try:
             for line in proc.stdout or ():
                 log.write(line)
@@ -80,10 +86,22 @@ def run_logged(
                     on_line(line)
             returncode = proc.wait()
         finally:
+            if timer is not None:
+                timer.cancel()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
     if returncode != 0:
         raise RunError(label or Path(cmd[0]).name, returncode, last_line, log_path, received[0] if received else None)
+
+
+def _stop(proc: subprocess.Popen, received: List[str], timeout: float) -> None:
+    """The end of a run's time: SIGTERM, and SIGKILL if it is still there 10 s later."""
+    received.append(f"the time limit ({timeout:.0f} s)")
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
 
 
 def _die_with_parent() -> None:

@@ -1,0 +1,377 @@
+"""What the GPU check runs: its parts in order of value, each a group of runs that share the GPU at once.
+
+1. ``precision``: Post-LN, Pre-LN and ResiDual at WMT E18D18 with --fp16, --memory-efficient-fp16
+   --fp16-init-scale 8 (the authors' OPUS-100 setting) and --amp, 200 updates each, all nine at once;
+   ``torchrun`` (a launch through scripts/train.sh with the visible GPUs) runs beside them.
+2. ``claims``: the paper's depth and warmup claims on the embedded corpus: Post-LN, Pre-LN and ResiDual at IWSLT
+   E6D6 and E12D12 (d256), with and without warmup, all twelve at once for the time the budget leaves them, then
+   each scored with BLEU (beam 5) on the held-out test set.
+3. ``bench``: the benchmark on the GPU (stock Post-LN, stock Pre-LN, ResiDual; IWSLT E6D6, WMT E18D18).
+4. ``compiled`` (opt-in: ``--with-compiled``): ResiDual E18D18 under torch.compile beside eager.
+
+Every run has an estimated time (estimate.py); the default parts fit ``BUDGET_S``. ``--cpu-tiny`` runs the same
+parts on the CPU at tiny sizes: the check's own code path, end to end, without a GPU.
+"""
+
+import sys
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+from ..commands import generate_command
+from ..runner import PLUGIN_DIR, fairseq_command
+from .estimate import Estimator, Workload
+
+ROOT = PLUGIN_DIR.parent
+#: wall time of the default parts, in seconds: the GPU machine's run is at most 10 min, install included
+BUDGET_S = 540.0
+#: installing the bundle into a temporary folder and importing it (22 s on the simulated node)
+BUNDLE_INSTALL_S = 30.0
+#: preparing the embedded corpus (Moses, BPE, fairseq-preprocess; 21 s on the 2-core machine)
+DATA_S = 30.0
+#: torch.compile's inductor compilation of ResiDual E18D18, forward and backward (assumed: not measurable here)
+COMPILE_S = 150.0
+PRECISIONS: Dict[str, List[str]] = {
+    "fp16": ["--fp16"],
+    "memory-efficient-fp16": ["--memory-efficient-fp16", "--fp16-init-scale", "8"],  # the authors' OPUS-100 setting
+    "amp": ["--amp"],
+}
+SCHEMES = ("post", "pre", "residual")
+REFERENCE = "pre"
+TORCHRUN_CELL = "iwslt14/residual/e6d6"
+#: the embedded corpus at 4096 tokens a batch: ~290 sentences of ~14 BPE tokens, ~1,000 symbols (for the counts)
+CORPUS_BATCH = (290, 14)
+CORPUS_VOCAB = 1000
+#: fp16 on the CPU: fairseq's FP16Optimizer moves its fp32 master copy with .cuda()
+CPU_UNSUPPORTED = {"fp16": "fairseq's --fp16 needs CUDA (FP16Optimizer calls .cuda()); skipped on the CPU"}
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The sizes a check runs at: the GPU's, or tiny ones on the CPU (the same code path in seconds)."""
+
+    cpu: bool
+    precision_arch: str
+    precision_layers: int
+    precision_updates: int
+    claims_depths: Tuple[int, ...]
+    max_tokens: int
+    width: Optional[Tuple[int, int, int]]  # (embed, FFN, heads) instead of the presets'
+    torchrun_updates: int
+    bench_sizes: str
+    compiled_size: str
+    claims_updates: Optional[int] = None  # fixed updates (the CPU path); None: as many as the time allows
+
+
+GPU = Scale(
+    False, "residual_transformer_wmt_en_de", 18, 200, (6, 12), 4096, None, 50, "iwslt-e6d6,wmt-e18d18", "wmt-e18d18"
+)
+CPU_TINY = Scale(
+    True, "residual_transformer_iwslt_de_en", 2, 4, (1, 2), 512, (16, 32, 2), 3, "tiny", "tiny", claims_updates=12
+)
+
+
+@dataclass
+class Run:
+    label: str
+    command: List[str]
+    log: str
+    estimate_s: float
+    workload: Optional[Workload] = None
+    #: a claims training's planned updates (its estimate; it stops at 4x that or when its time is up)
+    planned_updates: Optional[int] = None
+    skip: Optional[str] = None  # why this run is not run at this scale
+    save_dir: Optional[Path] = None  # a claims training's checkpoint folder
+
+
+@dataclass
+class Part:
+    name: str
+    title: str
+    runs: List[Run]
+    estimate_s: float
+    default: bool = True
+    #: runs after the group, each needing one of the group's (the claims' BLEU scoring)
+    then: List[Run] = field(default_factory=list)
+
+
+WIDTH_OPTIONS = ("embed_dim", "ffn_embed_dim", "attention_heads")
+
+
+def _width_options(scale: Scale) -> List[object]:
+    """The scale's (embed, FFN, heads) as fairseq-train options."""
+    options: List[object] = []
+    for side in ("encoder", "decoder"):
+        for name, value in zip(WIDTH_OPTIONS, scale.width or ()):
+            options += [f"--{side}-{name.replace('_', '-')}", value]
+    return options
+
+
+def _device_options(scale: Scale) -> List[object]:
+    return ["--cpu"] if scale.cpu else []
+
+
+def _time_limit(scale: Scale, seconds: float) -> List[object]:
+    """fairseq-train's own stop after ``seconds`` of training, on the GPU (the CPU path's runs stop by their
+    fixed updates: its times are not the budget's)."""
+    return [] if scale.cpu else ["--stop-time-hours", f"{seconds / 3600:.4f}"]
+
+
+def precision_command(databin, scheme: str, precision: str, scale: Scale, stop_s: float) -> List[str]:
+    """fairseq-train at the precision depth: no checkpoints, no validation, JSON logs every 10 updates."""
+    return fairseq_command(
+        "train",
+        databin,
+        *("--user-dir", PLUGIN_DIR, "--arch", scale.precision_arch, "--residual-scheme", scheme),
+        *("--encoder-layers", scale.precision_layers, "--decoder-layers", scale.precision_layers),
+        *_width_options(scale),
+        *("--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "5e-4"),
+        *("--lr-scheduler", "inverse_sqrt", "--warmup-updates", 100),
+        *("--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"),
+        *("--max-tokens", scale.max_tokens, "--max-update", scale.precision_updates, "--no-save"),
+        *("--disable-validation", "--seed", 1, "--num-workers", 0, *_time_limit(scale, stop_s)),
+        *("--log-format", "json", "--log-interval", max(1, scale.precision_updates // 20)),
+        *_device_options(scale),
+        *PRECISIONS[precision],
+    )
+
+
+def claims_command(
+    databin, save_dir: Path, scheme: str, layers: int, warmup: bool, updates: int, scale: Scale, stop_s: float
+) -> List[str]:
+    """The paper's IWSLT model and settings (d256, dropout 0.3, Adam, lr 5e-4, label smoothing 0.1, 4096 tokens,
+    fp32) at ``layers``; warmup over a tenth of the planned updates from 1e-7, or none (starting at the peak).
+    ``updates`` is the planned count; the run stops at 4x that or when its time is up, whichever first."""
+    warmup_updates = max(10, updates // 10)
+    return fairseq_command(
+        "train",
+        databin,
+        *("--user-dir", PLUGIN_DIR, "--arch", "residual_transformer_iwslt_de_en", "--residual-scheme", scheme),
+        *("--encoder-layers", layers, "--decoder-layers", layers, *_width_options(scale)),
+        *("--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "5e-4"),
+        *("--weight-decay", "1e-4", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", warmup_updates),
+        *("--warmup-init-lr", "1e-7" if warmup else "5e-4"),
+        *("--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"),
+        *("--max-tokens", scale.max_tokens, "--max-update", updates if scale.cpu else 4 * updates),
+        *(*_time_limit(scale, stop_s), "--disable-validation", "--seed", 1, "--num-workers", 0),
+        # one checkpoint, at the end (the BLEU scoring reads it), without Adam's state
+        *("--save-dir", save_dir, "--save-interval", 10**6, "--no-save-optimizer-state", "--no-epoch-checkpoints"),
+        *("--log-format", "json", "--log-interval", max(1, updates // 20)),
+        *_device_options(scale),
+    )
+
+
+def claims_label(scheme: str, layers: int, warmup: bool) -> str:
+    return f"{scheme} e{layers}d{layers} {'warmup' if warmup else 'no-warmup'}"
+
+
+def torchrun_command(databin, work: Path, gpus: int, scale: Scale) -> List[str]:
+    """scripts/train.sh with torchrun on ``gpus`` GPUs (two gloo processes on the CPU path), the embedded corpus."""
+    devices = ["--cpu", "--gpus", "2"] if scale.cpu else ["--gpus", str(gpus)]
+    tiny = [
+        f"model.{side}_{name}={value}"
+        for side in ("encoder", "decoder")
+        for name, value in zip(WIDTH_OPTIONS, scale.width or ())
+    ]
+    return [
+        *("bash", str(ROOT / "scripts" / "train.sh"), "--cell", TORCHRUN_CELL, "--data", str(databin)),
+        *devices,
+        *("--launcher", "torchrun", "--work", str(work / "torchrun"), "--results", str(work / "torchrun-results")),
+        "--",
+        *(f"optimization.max_update={scale.torchrun_updates}", "task.source_lang=src", "task.target_lang=tgt"),
+        *("task.eval_bleu=false", "dataset.disable_validation=true", "checkpoint.no_save=true", *tiny),
+    ]
+
+
+#: the benchmark on the GPU: one fresh process per size (the layouts of the CPU benchmark place host memory), more
+#: rounds instead
+BENCH_ROUNDS = {"layouts": 1, "warmup": 2, "rounds": 5, "generation_rounds": 5}
+
+
+def bench_command(out: Path, scale: Scale) -> List[str]:
+    device = ["--device", "cpu", "--threads", "1"] if scale.cpu else ["--device", "cuda"]
+    device += [f"--{k.replace('_', '-')}={v}" for k, v in BENCH_ROUNDS.items()]
+    return [
+        sys.executable,
+        str(ROOT / "scripts" / "bench.py"),
+        *device,
+        "--sizes",
+        scale.bench_sizes,
+        "--schemes",
+        "residual",
+        "--out",
+        str(out / "bench"),
+    ]
+
+
+def compiled_command(out: Path, scale: Scale) -> List[str]:
+    device = (
+        ["--device", "cpu", "--backend", "aot_eager", "--steps", "2", "--warmup", "1"]
+        if scale.cpu
+        else ["--device", "cuda"]
+    )
+    return [
+        sys.executable,
+        "-m",
+        "fairseq_residual_tools.bench.compiled",
+        *device,
+        "--size",
+        scale.compiled_size,
+        "--scheme",
+        "residual",
+        "--out",
+        str(out / "compiled.json"),
+    ]
+
+
+def _corpus_workload(arch: str, layers: int, scheme: str) -> Workload:
+    return Workload(arch, layers, scheme, CORPUS_VOCAB, *CORPUS_BATCH)
+
+
+def workloads(scale: Scale = GPU) -> List[Workload]:
+    """Every configuration whose counts the GPU plan's estimates read (``--calibrate`` counts them)."""
+    from ..bench.variants import SIZES
+
+    found = [_corpus_workload(scale.precision_arch, scale.precision_layers, s) for s in SCHEMES]
+    found += [
+        _corpus_workload("residual_transformer_iwslt_de_en", layers, s)
+        for layers in scale.claims_depths
+        for s in SCHEMES
+    ]
+    for name in scale.bench_sizes.split(","):
+        size = SIZES[name]
+        found.append(Workload(size.arch, size.layers, "residual", size.vocab, size.batch, size.src_len))
+    return list(dict.fromkeys(found))
+
+
+def _bench_estimate(estimator: Estimator, scale: Scale) -> float:
+    """Per size: a fresh process per layout and per memory probe (3 variants), each importing fairseq and starting
+    CUDA, and the warm-up and timed rounds of training and of beam-5 generation (a generation is taken to cost
+    about a training step) of 3 variants per layout."""
+    from ..bench.variants import SIZES
+
+    r = BENCH_ROUNDS
+    total = 0.0
+    for name in scale.bench_sizes.split(","):
+        size = SIZES.get(name)
+        if size is None:  # the CPU path's tiny size
+            continue
+        step = estimator.update(Workload(size.arch, size.layers, "residual", size.vocab, size.batch, size.src_len))
+        rounds = 2 * r["warmup"] + r["rounds"] + r["generation_rounds"]
+        total += (r["layouts"] + 3) * estimator.process_start() + r["layouts"] * 3 * rounds * step
+    return total
+
+
+def corpus_root(args) -> Path:
+    """Where the embedded corpus is prepared (``--work``/demo), or was (``--data-root``)."""
+    return Path(args.data_root) if args.data_root else Path(args.work) / "demo"
+
+
+def scale_of(args) -> Scale:
+    scale = CPU_TINY if args.cpu_tiny else GPU
+    return replace(scale, claims_depths=args.depths) if args.depths else scale
+
+
+def build(args, estimator: Estimator, gpus: int, spent: Optional[float] = None) -> List[Part]:
+    """The parts, in order, with their runs' commands and estimates (``args``: the command line's). ``spent``: the
+    seconds the check has run (a run rebuilds the plan before each part: the claims get the time left)."""
+    scale = scale_of(args)
+    out, work = Path(args.out), Path(args.work)
+    databin = corpus_root(args) / "data-bin"
+    start = estimator.startup()
+    parts: List[Part] = []
+
+    # 1. precision, with torchrun beside it
+    runs: List[Run] = []
+    precision_workloads = {s: _corpus_workload(scale.precision_arch, scale.precision_layers, s) for s in SCHEMES}
+    torchrun_workload = _corpus_workload("residual_transformer_iwslt_de_en", 6, "residual")
+    flops = len(args.precisions) * sum(estimator.counts(precision_workloads[s])["flops"] for s in args.schemes)
+    flops += estimator.counts(torchrun_workload)["flops"]
+    for precision in args.precisions:
+        for scheme in args.schemes:
+            w = precision_workloads[scheme]
+            seconds = start + scale.precision_updates * estimator.update(w, precision, flops)
+            skip = CPU_UNSUPPORTED.get(precision) if scale.cpu else None
+            cmd = precision_command(databin, scheme, precision, scale, stop_s=2 * seconds)
+            runs.append(Run(f"{precision} {scheme}", cmd, f"{precision}-{scheme}.log", seconds, w, skip=skip))
+    if not args.skip_torchrun:
+        seconds = 1.5 * start + scale.torchrun_updates * estimator.update(torchrun_workload, "fp32", flops)
+        runs.append(Run("torchrun", torchrun_command(databin, work, max(gpus, 1), scale), "torchrun.log", seconds))
+    parts.append(
+        Part(
+            "precision",
+            f"Precision at depth (E{scale.precision_layers}D{scale.precision_layers}), with "
+            "a torchrun launch beside it",
+            runs,
+            max(r.estimate_s for r in runs if not r.skip),
+        )
+    )
+
+    # 3. and 4. first, so that the claims get the time left over
+    later: List[Part] = []
+    if not args.skip_bench:
+        cmd = bench_command(out, scale)
+        later.append(
+            Part(
+                "bench",
+                "Benchmark on the GPU",
+                [Run("bench", cmd, "bench.log", _bench_estimate(estimator, scale))],
+                0.0,
+            )
+        )
+    bench_w = precision_workloads["residual"]
+    compiled_s = start + COMPILE_S + 2 * 23 * estimator.update(bench_w)
+    later.append(
+        Part(
+            "compiled",
+            "ResiDual under torch.compile beside eager",
+            [Run("compiled", compiled_command(out, scale), "compiled.log", compiled_s)],
+            0.0,
+            default=args.with_compiled,
+        )
+    )
+    for part in later:
+        part.estimate_s = sum(r.estimate_s for r in part.runs)
+
+    # 2. claims: twelve trainings at once for the time left, then twelve BLEU scorings at once
+    before = BUNDLE_INSTALL_S + DATA_S + parts[0].estimate_s if spent is None else spent
+    used = before + sum(p.estimate_s for p in later if p.default)
+    score_s = start + 5.0
+    train_s = max(60.0, BUDGET_S - used - score_s)
+    claim_workloads = {
+        (s, d): _corpus_workload("residual_transformer_iwslt_de_en", d, s)
+        for d in scale.claims_depths
+        for s in args.schemes
+    }
+    flops = 2 * sum(estimator.counts(w)["flops"] for w in claim_workloads.values())  # with and without warmup
+    runs, scoring = [], []
+    for (scheme, layers), w in claim_workloads.items():
+        per_update = estimator.update(w, "fp32", flops)
+        updates = scale.claims_updates or max(20, int((train_s - start) / per_update))
+        for warmup in (True, False):
+            label = claims_label(scheme, layers, warmup)
+            save_dir = work / "claims" / label.replace(" ", "-")
+            cmd = claims_command(databin, save_dir, scheme, layers, warmup, updates, scale, stop_s=train_s - start)
+            name = label.replace(" ", "-")
+            runs.append(
+                Run(
+                    label,
+                    cmd,
+                    f"claims-{name}.log",
+                    start + updates * per_update,
+                    w,
+                    planned_updates=updates,
+                    save_dir=save_dir,
+                )
+            )
+            generate = generate_command(databin, save_dir, cpu=scale.cpu)
+            scoring.append(Run(label, generate, f"bleu-{name}.log", score_s, save_dir=save_dir))
+    claims = Part(
+        "claims", "The paper's depth and warmup claims on the embedded corpus", runs, train_s + score_s, then=scoring
+    )
+    return [parts[0], claims, *later]
+
+
+def default_seconds(parts: List[Part]) -> float:
+    """The planned wall time of the default parts, the bundle install and the data included."""
+    return BUNDLE_INSTALL_S + DATA_S + sum(p.estimate_s for p in parts if p.default)

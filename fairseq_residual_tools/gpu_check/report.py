@@ -1,0 +1,178 @@
+"""What the GPU check writes: summaries of its logs and report.md."""
+
+import json
+import math
+import re
+import statistics
+from typing import Dict, List, Optional
+
+from ..markdown import table
+from ..provenance import describe
+from ..training_log import RULE, json_record
+from .plan import REFERENCE
+
+PAPER_WARMUP = "results/paper/warmup_ablation.json"
+
+
+def summarise_training(text: str) -> dict:
+    """Losses, loss-scale history, tokens/s and the least free GPU memory of one fairseq-train log."""
+    parsed = (json_record(line) for line in text.splitlines() if "train_inner" in line)
+    records = [r for r in parsed if r is not None and "num_updates" in r and "loss" in r]
+    losses = [(int(r["num_updates"]), float(r["loss"])) for r in records]
+    scales = [(int(r["num_updates"]), float(r["loss_scale"])) for r in records if "loss_scale" in r]
+    wps = [float(r["wps"]) for r in records[1:] if "wps" in r]  # the first interval includes start-up
+    free = [float(r["gb_free"]) for r in records if "gb_free" in r]  # on a GPU: total minus peak allocated
+    return {
+        "updates": losses[-1][0] if losses else 0,
+        "losses": losses,
+        "loss_finite": bool(losses) and all(math.isfinite(x) for _, x in losses),
+        "loss_scale": scales,
+        "overflow_messages": len(re.findall(r"gradient overflow detected", text)),
+        "tokens_per_s": statistics.median(wps) if wps else None,
+        "gpu_gb_free_min": min(free) if free else None,
+    }
+
+
+def speed_ratios(runs: Dict[str, dict]) -> Dict[str, float]:
+    """Each scheme's tokens/s divided by Pre-LN's (one precision)."""
+    reference = runs.get(REFERENCE, {}).get("tokens_per_s")
+    return {s: r["tokens_per_s"] / reference for s, r in runs.items() if reference and r.get("tokens_per_s")}
+
+
+def torchrun_outcome(text: str) -> str:
+    """World size and ranks joined, from a torchrun training log (the config fairseq logs, its init lines)."""
+    world = re.findall(r"'distributed_world_size': (\d+)", text)
+    # fairseq logs "initialized host ... as rank N" once a process group (NCCL on GPUs) is up
+    ranks = re.findall(r"initialized host .* as rank (\d+)", text)
+    return f"world size {world[0] if world else 'not logged'}, ranks in a process group: {sorted(set(ranks))}"
+
+
+def bench_outcome(bench: dict) -> str:
+    """The benchmark's targets (``bench.json``'s ratios to stock Pre-LN), as one line."""
+    from ..bench.report import target_checks
+
+    checks = [
+        f"{c['what']} {c['value']:.3f}{_interval(c)} ({c['target']}: {c['verdict']})" for c in target_checks(bench)
+    ]
+    return "; ".join(checks) + "; the tables are in bench/bench.md"
+
+
+def _interval(check: dict) -> str:
+    return f" [{check['interval'][0]:.3f}–{check['interval'][1]:.3f}]" if "interval" in check else ""
+
+
+def _precision_table(precision: Dict[str, Dict[str, dict]]) -> str:
+    headers = [
+        "precision",
+        "scheme",
+        "loss finite",
+        "updates",
+        "last loss",
+        "loss scale (first, min, last)",
+        "tokens/s",
+        "/ Pre-LN",
+        "GPU GB free (min)",
+    ]
+    rows = []
+    for name, runs in precision.items():
+        ratios = speed_ratios({s: r for s, r in runs.items() if "error" not in r and "skipped" not in r})
+        for scheme, run in runs.items():
+            if "error" in run or "skipped" in run:
+                rows.append([name, scheme, f"failed: {run['error']}" if "error" in run else run["skipped"], *[""] * 6])
+                continue
+            scales = [s for _, s in run["loss_scale"]]
+            scale = f"{scales[0]:g}, {min(scales):g}, {scales[-1]:g}" if scales else "-"
+            last = f"{run['losses'][-1][1]:.3f}" if run["losses"] else "-"
+            speed = f"{run['tokens_per_s']:.0f}" if run["tokens_per_s"] else "-"
+            ratio = f"{ratios[scheme]:.3f}" if scheme in ratios else "-"
+            free = f"{run['gpu_gb_free_min']:.1f}" if run.get("gpu_gb_free_min") is not None else "-"
+            rows.append([name, scheme, str(run["loss_finite"]), str(run["updates"]), last, scale, speed, ratio, free])
+    return table(headers, rows)
+
+
+def _claim_cell(run: Optional[dict]) -> str:
+    if run is None:
+        return "not run"
+    if "error" in run:
+        return f"failed: {run['error']}"
+    verdict = f"fails ({run['fails']})" if run["fails"] else "trained"
+    bleu = f"{run['bleu']:.2f}" if run.get("bleu") is not None else "no BLEU"
+    return f"{bleu}, {verdict}, {run['updates']} updates"
+
+
+def claims_table(claims: Dict[str, dict], depths, paper: dict) -> str:
+    """Measured cells (BLEU, the fails rule, updates reached) beside the paper's warmup ablation."""
+    headers = (
+        ["method", "warmup"] + [f"E{d}D{d} (measured)" for d in depths] + [f"{c} (paper)" for c in paper["columns"]]
+    )
+    rows = []
+    for row in paper["rows"]:
+        measured = [
+            _claim_cell(claims.get(f"{row['scheme']} e{d}d{d} {'warmup' if row['warmup'] else 'no-warmup'}"))
+            for d in depths
+        ]
+        rows.append(
+            [
+                row["method"],
+                "yes" if row["warmup"] else "no",
+                *measured,
+                *[str(row["paper"][c]) for c in paper["columns"]],
+            ]
+        )
+    return table(headers, rows)
+
+
+def timing_table(timings: List[dict]) -> str:
+    rows = [
+        [
+            t["part"],
+            f"{t['estimate_s']:.0f}",
+            "not run" if t.get("seconds") is None else f"{t['seconds']:.0f}",
+            t.get("note", ""),
+        ]
+        for t in timings
+    ]
+    return table(["part", "estimated s", "measured s", "note"], rows)
+
+
+def report_markdown(record: dict, root) -> str:
+    paper = json.loads((root / PAPER_WARMUP).read_text())
+    scale = "on the CPU at tiny sizes (the check's code path; no GPU figure)" if record["cpu_tiny"] else "on the GPU"
+    lines = [
+        "# GPU check",
+        "",
+        f"Command: `{record['command']}`  ",
+        describe(record["provenance"]),
+        "",
+        f"Run {scale}. GPUs: {', '.join(record['gpus']) or 'none'} (CUDA {record['cuda']}). Bundle: "
+        f"{record.get('bundle') or 'none (the active environment)'}.",
+        "",
+        "## Time per part",
+        "",
+        timing_table(record["timings"]),
+        "",
+        f"Estimates: {record['assumptions']}.",
+    ]
+    if "precision" in record:
+        lines += ["", "## Precision at depth", "", _precision_table(record["precision"])]
+    if "claims" in record:
+        lines += [
+            "",
+            "## The paper's depth and warmup claims, on the embedded corpus",
+            "",
+            "Measured here: test BLEU (sacrebleu, beam 5) of the synthetic corpus's held-out test set, the project's "
+            f"fails rule ({RULE}), and the updates each training reached in its time. The paper's columns are the "
+            "paper's figures (IWSLT-14 De-En, trained to convergence): a pattern to compare with, not the same task.",
+            "",
+            claims_table(record["claims"], record["claims_depths"], paper),
+        ]
+    for key, title in [
+        ("torchrun", "torchrun through scripts/train.sh"),
+        ("bench", "Benchmark on the GPU"),
+        ("compiled", "ResiDual under torch.compile beside eager"),
+    ]:
+        if key in record:
+            lines += ["", f"## {title}", "", f"`{record[key]['command']}`: {record[key]['outcome']}"]
+    if record.get("packages"):
+        lines += ["", "## Packages on this machine", "", ", ".join(f"{k} {v}" for k, v in record["packages"].items())]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,106 @@
+"""The GPU check's plan: every run of the issue's section 2, their estimates within the budget, and the CPU path."""
+
+import shlex
+
+import pytest
+
+from fairseq_residual_tools.gpu_check import estimate, plan
+from fairseq_residual_tools.gpu_check.cli import parse_args
+from fairseq_residual_tools.gpu_check.estimate import Estimator
+
+#: counts of a dispatch-bound model: each workload's operations grow with its depth, FLOPs with depth and batch
+RECORD = {"host_seconds_per_op": 10e-6, "startup_s": 8.0, "import_s": 4.0}
+
+
+@pytest.fixture
+def estimator(monkeypatch):
+    def counts(w):
+        return {"ops": 1100 * w.layers + 3000, "flops": 5e9 * w.layers * w.sentences * w.length / 100}
+
+    monkeypatch.setattr(estimate, "count_step", counts)
+    return Estimator(RECORD)
+
+
+def parts_of(argv, estimator, spent=None):
+    return {p.name: p for p in plan.build(parse_args(argv), estimator, 1, spent=spent)}
+
+
+def options(run):
+    return shlex.join(run.command)
+
+
+def test_the_default_run_holds_every_part_of_the_issue_within_nine_minutes(estimator, tmp_path):
+    parts = parts_of(["--out", str(tmp_path)], estimator)
+    assert [p.name for p in parts.values() if p.default] == ["precision", "claims", "bench"]
+    assert not parts["compiled"].default  # opt-in
+    assert plan.default_seconds(list(parts.values())) <= plan.BUDGET_S
+    precision = [r for r in parts["precision"].runs if r.label != "torchrun"]
+    assert len(precision) == 9 and {r.label.split()[1] for r in precision} == {"post", "pre", "residual"}
+    for name, flags in plan.PRECISIONS.items():
+        runs = [r for r in precision if r.label.startswith(name + " ")]
+        assert len(runs) == 3 and all(options(r).endswith(shlex.join(flags)) for r in runs)
+    assert all(
+        "--encoder-layers 18 --decoder-layers 18" in options(r) and "--max-update 200" in options(r) for r in precision
+    )
+    (torchrun,) = [r for r in parts["precision"].runs if r.label == "torchrun"]
+    assert "scripts/train.sh --cell iwslt14/residual/e6d6" in options(torchrun)
+    assert "--launcher torchrun" in options(torchrun) and "--gpus 1" in options(torchrun)
+    (bench,) = parts["bench"].runs
+    assert "--device cuda --layouts=1" in options(bench) and "--sizes iwslt-e6d6,wmt-e18d18 --schemes residual" in (
+        options(bench)
+    )
+
+
+def test_the_claims_train_three_schemes_at_two_depths_with_and_without_warmup_then_score_each(estimator, tmp_path):
+    claims = parts_of(["--out", str(tmp_path)], estimator)["claims"]
+    assert len(claims.runs) == 12 and len(claims.then) == 12
+    labels = {r.label for r in claims.runs}
+    assert labels == {
+        f"{s} e{d}d{d} {w}" for s in ("post", "pre", "residual") for d in (6, 12) for w in ("warmup", "no-warmup")
+    }
+    for run in claims.runs:
+        text = options(run)
+        assert "--arch residual_transformer_iwslt_de_en" in text and "--lr 5e-4" in text and "--fp16" not in text
+        start_lr = "5e-4" if "no-warmup" in run.label else "1e-7"
+        assert f"--warmup-init-lr {start_lr}" in text
+        assert f"--warmup-updates {max(10, run.planned_updates // 10)}" in text
+        assert f"--max-update {4 * run.planned_updates}" in text and "--stop-time-hours" in text
+    assert all("fairseq_cli.generate" in options(r) and "--beam 5" in options(r) for r in claims.then)
+    assert {r.save_dir for r in claims.runs} == {r.save_dir for r in claims.then}
+
+
+def test_the_claims_get_the_time_the_run_has_left(estimator, tmp_path):
+    argv = ["--out", str(tmp_path)]
+    early = parts_of(argv, estimator, spent=100.0)["claims"]
+    late = parts_of(argv, estimator, spent=250.0)["claims"]
+    assert early.estimate_s - late.estimate_s == pytest.approx(150.0)
+    assert all(a.planned_updates > b.planned_updates for a, b in zip(early.runs, late.runs))
+
+
+def test_the_cpu_path_runs_every_part_at_tiny_sizes_and_says_why_plain_fp16_is_left_out(estimator, tmp_path):
+    parts = parts_of(["--cpu-tiny", "--with-compiled", "--out", str(tmp_path)], estimator)
+    skipped = {r.label: r.skip for r in parts["precision"].runs if r.skip}
+    assert set(skipped) == {"fp16 post", "fp16 pre", "fp16 residual"} and "needs CUDA" in skipped["fp16 pre"]
+    running = [r for p in parts.values() for r in p.runs + p.then if not r.skip]
+    assert all("--cpu" in r.command or "cpu" in r.command for r in running), [r.label for r in running]
+    assert all("--encoder-embed-dim 16" in options(r) for r in parts["claims"].runs)
+    assert {r.label.split()[1] for r in parts["claims"].runs} == {"e1d1", "e2d2"}
+    assert "--backend aot_eager" in options(parts["compiled"].runs[0])
+    # the CPU's times are not the budget's: its trainings stop at their fixed updates only
+    assert all("--stop-time-hours" not in options(r) for r in parts["precision"].runs + parts["claims"].runs)
+    assert all(f"--max-update {plan.CPU_TINY.claims_updates}" in options(r) for r in parts["claims"].runs)
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--schemes", "post,foo"], "unknown scheme or precision foo"),
+        (["--precisions", "bf16"], "unknown scheme or precision bf16"),
+        (["--schemes", "post,residual"], "must include pre"),
+        (["--depths", "6,x"], "comma-separated layer counts"),
+    ],
+)
+def test_bad_arguments_are_refused(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        parse_args(argv)
+    assert exit_info.value.code == 2 and message in capsys.readouterr().err
