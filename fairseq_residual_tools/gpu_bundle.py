@@ -28,7 +28,7 @@ import subprocess
 import sys
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from .errors import UserError, exit_on_user_error
 from .files import write_json
@@ -148,11 +148,11 @@ def find_python(requested: Optional[str]) -> str:
 
 def run(cmd: Sequence[object], what: str, env: Optional[Dict[str, str]] = None, log: Optional[Path] = None):
     """Run a build step; its output goes to ``log`` (if given), its failure becomes one line."""
-    cmd = [str(c) for c in cmd]
-    out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, **(env or {})})
+    args = [str(c) for c in cmd]
+    out = subprocess.run(args, capture_output=True, text=True, env={**os.environ, **(env or {})})
     if log is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
-        log.write_text(f"$ {' '.join(cmd)}\n{out.stdout}{out.stderr}")
+        log.write_text(f"$ {' '.join(args)}\n{out.stdout}{out.stderr}")
     if out.returncode != 0:
         last = (out.stderr.strip() or out.stdout.strip() or "(no output)").splitlines()[-1]
         raise UserError(f"{what} failed: {last}" + (f"; full log: {log}" if log else ""))
@@ -261,7 +261,7 @@ def build_project(python: Path, work: Path, out: Path) -> None:
 
 
 def manifest(out: Path, torch_version: str) -> dict:
-    files = []
+    files: List[Dict[str, Any]] = []
     for path in sorted(out.glob("*.whl")):
         fields = wheel_fields(path.name)
         files.append({"file": path.name, **fields, "sha256": sha256(path), "bytes": path.stat().st_size})
@@ -318,7 +318,7 @@ def supported_tags() -> set:
     try:
         from packaging.tags import sys_tags
     except ImportError:  # pip carries its own copy
-        from pip._vendor.packaging.tags import sys_tags  # type: ignore[no-redef]
+        from pip._vendor.packaging.tags import sys_tags  # type: ignore[assignment]
     return {str(tag) for tag in sys_tags()}
 
 

@@ -133,7 +133,7 @@ def summarise(part: plan.Part, results: Dict[str, Dict], logs: Path, data, scale
             if "error" in result:
                 entry["error"] = result["error"]
             else:
-                found = outcome(logs / run.log)
+                found: Dict[str, Any] = outcome(logs / run.log)
                 entry.update(
                     fails=found["fails"],
                     final_train_loss=found["final_train_loss"],
@@ -144,6 +144,7 @@ def summarise(part: plan.Part, results: Dict[str, Dict], logs: Path, data, scale
                 if "error" in scoring:
                     entry["bleu_error"] = scoring["error"]
                 else:
+                    assert run.save_dir is not None  # a claims training's
                     _, entry["bleu"], entry["bleu_signature"] = score_generated(run.save_dir, references)
             claims[run.label] = entry
         return {"claims": claims, "claims_depths": list(scale.claims_depths)}
