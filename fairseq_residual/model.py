@@ -13,7 +13,6 @@ import math
 from typing import List, Optional
 
 import torch
-from fairseq import utils
 from fairseq.dataclass.utils import gen_parser_from_dataclass
 from fairseq.distributed import fsdp_wrap
 from fairseq.models import register_model
@@ -60,7 +59,7 @@ def future_mask(x: Tensor) -> Tensor:
     forward, which two threads race on); this is the same mask, made for the call.
     """
     dim = x.size(0)
-    return torch.triu(utils.fill_with_neg_inf(torch.zeros([dim, dim])), 1).to(x)
+    return torch.full((dim, dim), float("-inf"), dtype=x.dtype, device=x.device).triu_(1)  # two kernels
 
 
 class ResidualTransformerEncoder(TransformerEncoderBase):
