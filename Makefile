@@ -2,7 +2,7 @@
 # make test    -- same environment, then the test suite (pytest -m "not slow" skips the fairseq subprocess tests)
 # make lint    -- ruff (lint + format check) over the repository, mypy (check_untyped_defs) on the plugin and the tools
 # make demo    -- same environment, then train Post-LN / Pre-LN / ResiDual on the embedded corpus
-# make bench   -- same environment, then the side-by-side speed / memory benchmark
+# make bench   -- same environment, then the side-by-side speed / memory benchmark and the counted work
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
@@ -33,9 +33,11 @@ demo: $(STAMP)
 	$(BIN)/python -m fairseq_residual_tools.demo.run
 
 # throughput / memory of every scheme vs fairseq's stock transformer -> results/bench/ (< 15 min);
-# glibc malloc keeps freed memory in the measuring processes, as PyTorch's allocator does on a GPU
+# glibc malloc keeps freed memory in the measuring processes, as PyTorch's allocator does on a GPU;
+# then the counted work of every scheme (operations, FLOPs, bytes -> counts.json / counts.md; resumable)
 bench: $(STAMP)
 	$(BIN)/python scripts/bench.py --malloc keep
+	$(BIN)/python scripts/bench.py --counts-only
 
 # after a tested upgrade of .venv: write its exact versions to constraints.txt (torch without its +cpu label)
 constraints: $(STAMP)
