@@ -52,7 +52,9 @@ from .base import ResidualScheme, SchemeLayer, split_layer_output, stack_layers
 
 def mix(history: Sequence[Tensor], weight: Tensor) -> Tensor:
     """sum_k weight[k] * history[k] over the entries present (weight may be longer)."""
-    return HistoryMix.apply(weight[: len(history)], *history)
+    if torch.is_grad_enabled():
+        return HistoryMix.apply(weight[: len(history)], *history)
+    return HistoryMix.forward(weight, *history)  # the same chain; dynamo traces it into the caller's graph
 
 
 class HistoryMix(torch.autograd.Function):
@@ -66,12 +68,15 @@ class HistoryMix(torch.autograd.Function):
     """
 
     @staticmethod
-    def forward(ctx, weight: Tensor, *history: Tensor) -> Tensor:
-        ctx.save_for_backward(weight, *history)
+    def forward(weight: Tensor, *history: Tensor) -> Tensor:
         out = history[0] * weight[0]
         for k in range(1, len(history)):
             out = torch.addcmul(out, history[k], weight[k])
         return out
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)  # the weights and the entries (kept by reference, as the chain's were)
 
     @staticmethod
     def backward(ctx, grad: Tensor):
