@@ -3,7 +3,7 @@
 # make lint    -- ruff (lint + format check) over the repository, mypy (check_untyped_defs) on the plugin and the tools
 # make demo    -- same environment, then train Post-LN / Pre-LN / ResiDual on the embedded corpus (report: work/demo/)
 # make demo-results -- the same, written into the committed results/demo/ and the README's table (after a plugin change)
-# make bench   -- same environment, then the side-by-side speed / memory benchmark
+# make bench   -- same environment, then the side-by-side speed / memory benchmark and the counted work
 # make gpu-bundle -- wheels for an offline GPU node (CPython 3.12, torch 2.11) -> gpu-bundle/ (docs/install.md);
 #                 needs a Python 3.12 and PyPI, builds in work/gpu-bundle/ (~4.7 GB, once), not part of make test
 PYTHON ?= python3
@@ -39,9 +39,11 @@ demo-results: $(STAMP)
 	$(BIN)/python -m fairseq_residual_tools.demo.run --update-results
 
 # throughput / memory of every scheme vs fairseq's stock transformer -> results/bench/ (< 15 min);
-# glibc malloc keeps freed memory in the measuring processes, as PyTorch's allocator does on a GPU
+# glibc malloc keeps freed memory in the measuring processes, as PyTorch's allocator does on a GPU;
+# then the counted work of every scheme (operations, FLOPs, bytes -> counts.json / counts.md; resumable)
 bench: $(STAMP)
 	$(BIN)/python scripts/bench.py --malloc keep
+	$(BIN)/python scripts/bench.py --counts-only
 
 # the bundle's own code uses the standard library only: no .venv needed
 gpu-bundle:

@@ -60,7 +60,7 @@ def future_mask(x: Tensor) -> Tensor:
     and in its dtype (made on the host and moved, it would be a blocking copy in every GPU step).
     """
     dim = x.size(0)
-    return torch.full((dim, dim), float("-inf"), dtype=x.dtype, device=x.device).triu(1)
+    return torch.full((dim, dim), float("-inf"), dtype=x.dtype, device=x.device).triu_(1)  # two kernels
 
 
 class ResidualTransformerEncoder(TransformerEncoderBase):

@@ -3,6 +3,7 @@
 
 .venv/bin/python scripts/bench.py --malloc keep      # what `make bench` runs: every size -> results/bench/
 .venv/bin/python scripts/bench.py --sizes iwslt-e6d6 --schemes all --out /tmp/bench
+.venv/bin/python scripts/bench.py --counts-only     # then (make bench): operations, FLOPs, bytes of every scheme
 """
 
 import sys

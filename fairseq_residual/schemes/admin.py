@@ -114,7 +114,11 @@ class AdminLayer(SublayerLayer):
         # x is f_i(x_{i-1}) after dropout, residual is x_{i-1}; fairseq's LN follows
         if profile is not None:
             profile.assign(getattr(self, f"{sublayer}_omega0"), residual, x)
-        return residual * self.omega(sublayer) + x, profile
+        omega = self.omega(sublayer)
+        if torch.is_grad_enabled():
+            # two kernels: addcmul's backward would also multiply by its value (1) twice, mul's does not
+            return residual * omega + x, profile
+        return torch.addcmul(x, residual, omega), profile  # one kernel where no backward follows (decoding)
 
 
 class AdminEncoderLayer(AdminLayer, SublayerEncoderLayer):

@@ -37,6 +37,7 @@ and OPUS-100 table (100 layers).
 
 from typing import NamedTuple, Tuple
 
+import torch
 from fairseq.modules.transformer_layer import (
     TransformerDecoderLayerBase,
     TransformerEncoderLayerBase,
@@ -92,8 +93,9 @@ class DeepNormLayer(SchemeLayer):
         deepnorm_init(self, constants.beta)
 
     def residual_connection(self, x, residual):
-        # x is G_l(x_l) after dropout, residual is x_l; fairseq applies the LN next
-        return residual * self.deepnorm_alpha + x
+        # x is G_l(x_l) after dropout, residual is x_l; fairseq applies the LN next.
+        # One kernel, as Post-LN's sum: no alpha * x_l temporary (backward: one multiply, grad * alpha)
+        return torch.add(x, residual, alpha=self.deepnorm_alpha)
 
 
 class DeepNormEncoderLayer(DeepNormLayer, TransformerEncoderLayerBase):

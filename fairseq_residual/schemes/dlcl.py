@@ -52,10 +52,38 @@ from .base import ResidualScheme, SchemeLayer, split_layer_output, stack_layers
 
 def mix(history: Sequence[Tensor], weight: Tensor) -> Tensor:
     """sum_k weight[k] * history[k] over the entries present (weight may be longer)."""
-    out = history[0] * weight[0]
-    for k in range(1, len(history)):
-        out = torch.addcmul(out, history[k], weight[k])
-    return out
+    if torch.is_grad_enabled():
+        return HistoryMix.apply(weight[: len(history)], *history)
+    return HistoryMix.forward(weight, *history)  # the same chain; dynamo traces it into the caller's graph
+
+
+class HistoryMix(torch.autograd.Function):
+    """out = sum_k w[k] * h_k as a chain of multiply-adds (one kernel per entry), whose backward is the
+    two products the chain rule asks per entry: dL/dh_k = w[k] * g and dL/dw[k] = <g, h_k>.
+
+    Autograd's own backward of the same chain of ``addcmul`` runs five kernels per entry: it multiplies by
+    addcmul's ``value`` (1) twice and takes each dot product as a product plus a sum; the weights indexed one
+    by one also cost a zero-filled vector per entry and the sums of those. Here: two kernels per entry, and
+    one ``stack`` of the w[k] gradients per mix.
+    """
+
+    @staticmethod
+    def forward(weight: Tensor, *history: Tensor) -> Tensor:
+        out = history[0] * weight[0]
+        for k in range(1, len(history)):
+            out = torch.addcmul(out, history[k], weight[k])
+        return out
+
+    @staticmethod
+    def setup_context(ctx, inputs, output):
+        ctx.save_for_backward(*inputs)  # the weights and the entries (kept by reference, as the chain's were)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):
+        weight, *history = ctx.saved_tensors
+        flat = grad.reshape(-1)
+        grad_weight = torch.stack([torch.dot(flat, h.reshape(-1)) for h in history])
+        return (grad_weight, *(grad * weight[k] for k in range(len(history))))
 
 
 def uniform_row(row: Tensor, inputs: int):
@@ -133,7 +161,11 @@ class DLCL(ResidualScheme):
         return HistoryOutput(embed_dim)
 
     def start(self, stack, x):
-        """(y_0, history) with y_0 the embedding and LN_0 the identity."""
+        """(y_0, history) with y_0 the embedding and LN_0 the identity.
+
+        y_0 as a contiguous copy of fairseq's time-first view of the embedding: every mix's backward then takes
+        its dot product with y_0 on a flat view (one copy here, instead of one in each of the N+1 mixes)."""
+        x = x.contiguous()
         return x, (x,)
 
     def step(self, layer, carry, **kwargs):

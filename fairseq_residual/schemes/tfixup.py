@@ -79,6 +79,12 @@ class NoLayerNormLayer(SchemeLayer):
                 setattr(self, name, nn.Identity())
         tfixup_layer_init(self, tfixup_scales(cfg.encoder.layers, cfg.decoder.layers)[int(decoder)])
 
+    def residual_connection(self, x, residual):
+        # f(x) first: the sum takes its (contiguous) layout. fairseq's residual + f(x) would keep the layout of
+        # the time-first view of the embedding through every layer (no LayerNorm copies it): each projection
+        # would then copy its input and run mm plus a separate bias add instead of one fused addmm
+        return x + residual
+
 
 class TFixupEncoderLayer(NoLayerNormLayer, TransformerEncoderLayerBase):
     pass
@@ -97,6 +103,14 @@ class TFixup(ResidualScheme):
 
     def build_stack_output(self, fairseq_default, embed_dim, cfg):
         return None  # no final LayerNorm
+
+    def finish(self, stack, carry):
+        """The last layer's output, through a 2-D view and back (no copy, the same tensor's values).
+
+        The decoder's output reaches the output projection transposed (batch first), so its gradient comes back
+        in that layout; the view's backward copies it into the layers' layout once. Without it each sub-layer's
+        backward would copy it again (the schemes with a LayerNorm at the top do this copy inside its backward)."""
+        return carry.flatten(0, 1).view_as(carry)
 
     def initialize(self, model, cfg):
         # the embeddings are shared by both stacks, so they are scaled here, once each

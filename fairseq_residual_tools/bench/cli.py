@@ -3,6 +3,7 @@
 fairseq-residual-bench --malloc keep          # what `make bench` runs: every size -> results/bench/
 fairseq-residual-bench --sizes iwslt-e6d6 --schemes all --out /tmp/bench
 fairseq-residual-bench --device cuda --sizes wmt-e18d18 --out /tmp/bench-gpu
+fairseq-residual-bench --counts-only          # what `make bench` runs next: counts.json / counts.md, every scheme
 """
 
 import argparse
@@ -24,7 +25,13 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument(
         "--schemes",
         help="comma-separated residual_transformer schemes at every size, or 'all' (default: post,pre,residual; "
-        "residual only at wmt-e18d18)",
+        "residual only at wmt-e18d18; with --counts-only every scheme)",
+    )
+    p.add_argument(
+        "--counts-only",
+        action="store_true",
+        help="count aten operations, FLOPs and bytes of every variant instead of timing (deterministic; "
+        "counts.json, counts.md; see bench/counts.py)",
     )
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the models run (default: cpu)")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs of every variant first, per layout")
@@ -40,12 +47,19 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="glibc malloc settings of the measuring processes (default: this environment's): 'keep' freed "
         "memory (as PyTorch's caching allocator does on a GPU) or glibc's 'default'; see isolation.py",
     )
-    p.add_argument("--out", type=Path, default=Path("results/bench"), help="folder for bench.json and bench.md")
+    p.add_argument(
+        "--out",
+        type=Path,
+        default=Path("results/bench"),
+        help="folder for bench.json and bench.md (counts.json, counts.md)",
+    )
     args = p.parse_args(argv)
     if args.same_process and args.malloc:
         p.error(
             "--malloc sets the measuring processes' environment; with --same-process set MALLOC_* variables instead"
         )
+    if args.counts_only and (args.device != "cpu" or args.malloc or args.same_process):
+        p.error("--counts-only counts on the CPU in this process; leave out --device, --malloc and --same-process")
     if args.device == "cuda" and args.malloc:
         p.error("--malloc sets glibc's malloc, which holds no tensors on a GPU; leave it out with --device cuda")
     unknown = [s for s in args.sizes.split(",") if s not in known]
@@ -60,11 +74,28 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         if unknown:
             p.error(f"unknown scheme(s) {', '.join(unknown)}; choose from {', '.join(SCHEMES)}")
         args.sizes = [dataclasses.replace(size, schemes=schemes) for size in args.sizes]
+    elif args.counts_only:
+        args.sizes = [dataclasses.replace(size, schemes=None) for size in args.sizes]
     return args
 
 
 def main(argv: Sequence[str]) -> None:
     args = parse_args(argv)
+    command = " ".join(["fairseq-residual-bench", *argv])
+    if args.counts_only:
+        import torch
+
+        from . import count_report
+
+        done = count_report.finished(args.out, command, args.sizes)
+        if done:
+            print(f"{args.out / 'counts.json'} already holds these counts, made at commit {done[:7]}: nothing to do")
+            return
+        torch.set_num_threads(args.threads)  # the counts do not depend on it, the time they take does
+        record = count_report.run(args.sizes, command, args.out)
+        count_report.write(record, args.out)
+        print(count_report.markdown(record))
+        return
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():  # before fairseq's import, which logs
@@ -80,7 +111,7 @@ def main(argv: Sequence[str]) -> None:
         args.warmup,
         args.rounds,
         args.threads,
-        " ".join(["fairseq-residual-bench", *argv]),
+        command,
         gen_reps=args.generation_rounds,
         layouts=args.layouts,
         fresh_process_per_size=not args.same_process,

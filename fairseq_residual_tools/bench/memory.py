@@ -20,7 +20,7 @@ import os
 import re
 import sys
 import tempfile
-from typing import Callable, Dict, Iterable, Iterator, Optional
+from typing import Callable, Dict, Iterable, Iterator, Optional, Tuple
 
 import torch
 from torch.profiler import ProfilerActivity, profile
@@ -54,8 +54,8 @@ def _without_kineto_lines() -> Iterator[None]:
                 os.write(2, kept)
 
 
-def saved_for_backward_bytes(forward: Callable[[], torch.Tensor], exclude: Iterable[torch.Tensor] = ()) -> int:
-    """Bytes of the distinct storages autograd saves for backward while ``forward`` runs.
+def saved_for_backward(forward: Callable[[], object], exclude: Iterable[torch.Tensor] = ()) -> Tuple[int, int]:
+    """(number, bytes) of the distinct storages autograd saves for backward while ``forward`` runs.
 
     A storage counts once however many saved tensors view it, and whole (a saved view keeps
     all of its storage alive); storages of ``exclude`` (the parameters) do not count.
@@ -71,7 +71,12 @@ def saved_for_backward_bytes(forward: Callable[[], torch.Tensor], exclude: Itera
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         forward()
-    return sum(storages.values())
+    return len(storages), sum(storages.values())
+
+
+def saved_for_backward_bytes(forward: Callable[[], torch.Tensor], exclude: Iterable[torch.Tensor] = ()) -> int:
+    """The bytes of ``saved_for_backward``."""
+    return saved_for_backward(forward, exclude)[1]
 
 
 def step_allocation_peak_bytes(step: Callable[[], object]) -> int:

@@ -4,6 +4,7 @@ import pytest
 import torch
 from helpers import TinyTask, build_model, random_batch
 
+from fairseq_residual.schemes.dlcl import mix
 from fairseq_residual_tools.bench.memory import saved_for_backward_bytes
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -29,3 +30,15 @@ def test_dlcl_saves_about_two_hidden_states_per_layer_more_than_pre_ln(layers):
     extra = saved_bytes("dlcl", layers, batch, task) - saved_bytes("pre", layers, batch, task)
     per_layer = extra / hidden_state / 2 / (layers + 1)  # two stacks
     assert 1.5 < per_layer < 2.5, per_layer
+
+
+def test_the_history_mix_has_autograds_gradients_of_its_sum():
+    # HistoryMix writes its backward by hand (two kernels per entry): it must equal autograd's of the plain sum
+    g = torch.Generator().manual_seed(0)
+    history = [torch.randn(3, 2, 4, dtype=torch.double, generator=g, requires_grad=True) for _ in range(3)]
+    weight = torch.randn(5, dtype=torch.double, generator=g, requires_grad=True)  # longer than the history
+    assert torch.autograd.gradcheck(lambda w, *h: mix(h, w), (weight, *history))
+    out = mix(history, weight)
+    torch.testing.assert_close(out, sum(w * h for w, h in zip(weight, history)), atol=1e-12, rtol=0)
+    grads = torch.autograd.grad(out.sum(), [weight, *history])
+    assert grads[0][3:].abs().max() == 0  # the entries past the history get no gradient

@@ -50,6 +50,20 @@ def test_encoder_and_decoder_match_the_paper_equations(scheme, enc_layers, dec_l
     assert logits.abs().max() > 0.1  # the comparison is not between two near-zero tensors
 
 
+@pytest.mark.parametrize("scheme", BASELINES)
+def test_the_equations_hold_with_autograd_recording_too(scheme):
+    # Admin sums with one addcmul without autograd and with a multiply and an add with it (formulas.py)
+    task = TinyTask()
+    batch = random_batch(task)
+    model = baseline_model(scheme, task, 2, 3, batch=batch)
+    src, src_lengths, prev = batch
+    logits = model(src, src_lengths, prev)[0]
+    assert logits.requires_grad
+    with torch.no_grad():
+        _, _, ref_logits = REFERENCES[scheme](model, src, prev)
+    torch.testing.assert_close(logits.detach(), ref_logits, atol=TOL, rtol=0)
+
+
 def test_equation_check_fails_without_the_bottom_to_top_connection(monkeypatch):
     def without_connection(self, sublayer, x, residual, block_input, stream):
         return residual + x, stream

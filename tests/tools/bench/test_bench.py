@@ -122,6 +122,8 @@ def test_device_cuda_without_a_gpu_stops_with_one_line(tmp_path, monkeypatch, ca
         (["--device", "cuda", "--malloc", "keep"], "leave it out with --device cuda"),
         (["--device", "tpu"], "invalid choice: 'tpu'"),
         (["--same-process", "--malloc", "keep"], "with --same-process set MALLOC_* variables instead"),
+        (["--counts-only", "--device", "cuda"], "--counts-only counts on the CPU in this process"),
+        (["--counts-only", "--malloc", "keep"], "leave out --device, --malloc and --same-process"),
     ],
 )
 def test_bad_arguments_are_refused(argv, message, capsys):

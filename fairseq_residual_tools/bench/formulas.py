@@ -1,0 +1,306 @@
+"""The work each scheme's equations add to the layer it is built from, as formulas (docs/performance.md).
+
+Symbols (``Shapes``): B sentences of S source and T target positions in a training batch, width d, N encoder
+and M decoder layers; G sentences in a generation batch, beam K, L tokens per hypothesis (the decoder runs
+L + 1 incremental steps of one position for G·K hypotheses). A stack call has n = length · batch · d
+elements per hidden state, r = length · batch rows, s sub-layers (2 per encoder layer, 3 per decoder layer).
+
+A formula is the list of aten operations the scheme adds (or, negative, removes), each with the number of
+fp32 elements it reads and writes (``counts``' rule: 0-dim tensors count 0); bytes = 4 x elements, FLOPs 0
+(no scheme changes a matrix product). ``measured_minus_formula`` subtracts it from the counted difference of
+the two variants: zero means the scheme runs nothing beyond its equations (and the named costs that go with
+them, each with its reason in ``FORMULAS``' docstrings).
+"""
+
+from dataclasses import dataclass
+from typing import Callable, Dict, Iterator, List, Tuple
+
+from .variants import Size, model_args
+
+FLOAT_BYTES = 4
+
+
+@dataclass(frozen=True)
+class Shapes:
+    """The symbols of the formulas, from a ``Size`` and the bench's beam."""
+
+    B: int
+    S: int
+    T: int
+    d: int
+    N: int
+    M: int
+    G: int
+    K: int
+    L: int
+
+    @classmethod
+    def of(cls, size: Size) -> "Shapes":
+        from .steps import BEAM
+
+        d = model_args(size)["encoder_embed_dim"]
+        return cls(
+            size.batch, size.src_len, size.tgt_len, d, size.layers, size.layers, size.gen_batch, BEAM, size.gen_len
+        )
+
+
+@dataclass(frozen=True)
+class StackCall:
+    """One run of a stack: ``length`` positions of ``batch`` sentences through ``layers`` layers."""
+
+    length: int
+    batch: int
+    d: int
+    layers: int
+    decoder: bool
+    backward: bool
+
+    @property
+    def rows(self) -> int:
+        return self.length * self.batch
+
+    @property
+    def n(self) -> int:
+        return self.rows * self.d
+
+    @property
+    def sublayers(self) -> int:
+        return self.layers * (3 if self.decoder else 2)
+
+    @property
+    def strided(self) -> bool:
+        """Whether the stack's input, fairseq's time-first view of a batch-first embedding, is not contiguous."""
+        return self.length > 1 and self.batch > 1
+
+
+class Work:
+    """Operations by kind: ``ops[kind]`` and the elements they read and write, ``elements[kind]``."""
+
+    def __init__(self):
+        self.ops: Dict[str, int] = {}
+        self.elements: Dict[str, int] = {}
+
+    def add(self, kind: str, count: int, elements: int) -> "Work":
+        """``count`` operations of ``kind`` (negative: removed), each reading and writing ``elements``."""
+        if count:
+            self.ops[kind] = self.ops.get(kind, 0) + count
+            self.elements[kind] = self.elements.get(kind, 0) + count * elements
+        return self
+
+    def __iadd__(self, other: "Work") -> "Work":
+        for kind in other.ops:
+            self.ops[kind] = self.ops.get(kind, 0) + other.ops[kind]
+            self.elements[kind] = self.elements.get(kind, 0) + other.elements[kind]
+        return self
+
+    def times(self, k: int) -> "Work":
+        out = Work()
+        out.ops = {kind: k * count for kind, count in self.ops.items()}
+        out.elements = {kind: k * count for kind, count in self.elements.items()}
+        return out
+
+    def totals(self) -> Dict:
+        """The shape of ``counts.WorkCounter.totals`` (without ``free``)."""
+        kinds = sorted(k for k in self.ops if self.ops[k] or self.elements[k])
+        by_kind = {k: {"ops": self.ops[k], "flops": 0, "bytes": FLOAT_BYTES * self.elements[k]} for k in kinds}
+        return {
+            "ops": sum(c["ops"] for c in by_kind.values()),
+            "flops": 0,
+            "bytes": sum(c["bytes"] for c in by_kind.values()),
+            "by_kind": by_kind,
+        }
+
+
+# the elements an operation reads and writes
+def layer_norm_forward(c: StackCall) -> int:
+    """native_layer_norm: x (n), weight and bias (d) in; y (n), mean and 1/std (r) out."""
+    return 2 * c.n + 2 * c.d + 2 * c.rows
+
+
+def layer_norm_backward(c: StackCall) -> int:
+    """native_layer_norm_backward: grad, x (n), mean, 1/std (r), weight, bias (d) in; grads of x, weight, bias out."""
+    return 3 * c.n + 2 * c.rows + 4 * c.d
+
+
+def adam(work: Work, parameters: int, numel: int) -> Work:
+    """torch.optim.Adam's update (single-tensor path, no weight decay) of ``parameters`` parameters of ``numel``
+    elements each: step += 1 and its .item() (0-dim), lerp_ of m, mul_ and addcmul_ of v, sqrt, div and add_ of
+    the denominator, addcdiv_ of the parameter."""
+    p, k = numel, parameters
+    work.add("_local_scalar_dense", k, 0).add("add_", k, 0)
+    work.add("lerp_", k, 3 * p).add("mul_", k, 2 * p).add("addcmul_", k, 4 * p)
+    return work.add("sqrt", k, 2 * p).add("div", k, 2 * p).add("add_", k, 2 * p).add("addcdiv_", k, 4 * p)
+
+
+# the schemes: per stack call, the operations added to the base; and the parameters' updates
+def residual(c: StackCall) -> Work:
+    """ResiDual over Pre-LN (the same LayerNorms: Pre-LN's final LN is ResiDual's LN of x^d).
+
+    Forward: the dual adds x^d + x^f, one per sub-layer, and y = x^ln + LN(x^d). Backward: x^f feeds both paths
+    (a gradient sum per sub-layer) and so does the embedding (x^d_1 = x^ln_1 = x: one sum). Named: a copy of
+    the embedding where fairseq's time-first view of it is not contiguous (training, and the encoder in
+    generation), so that the first layer's projections run as fused addmm; Pre-LN's first LayerNorm writes a
+    contiguous x^ln_1 anyway, Post-LN copies it inside each of its first q/k/v projections instead."""
+    work = Work().add("add", c.sublayers + 1, 3 * c.n).add("clone", int(c.strided), 2 * c.n)
+    return work.add("add", c.sublayers + 1, 3 * c.n) if c.backward else work
+
+
+def b2t(c: StackCall) -> Work:
+    """B2T over Post-LN: per layer the block input added to the last residual sum, and its gradient's sum."""
+    return Work().add("add", c.layers * (1 + c.backward), 3 * c.n)
+
+
+def deepnet(c: StackCall) -> Work:
+    """DeepNet over Post-LN: the residual sum x^f + alpha x is one add with alpha (as Post-LN's add); backward
+    multiplies the residual's gradient by alpha, once per sub-layer."""
+    return Work().add("mul", c.sublayers * c.backward, 2 * c.n)
+
+
+def admin(c: StackCall) -> Work:
+    """Admin over Post-LN: x_{i-1} * omega_i per sub-layer; backward its two products and omega's reduction.
+
+    With autograd: a multiply beside Post-LN's add (addcmul's backward would multiply by its value, 1, twice
+    more); without it (decoding) one addcmul in place of the add. Named: omega = omega0 + delta, an add of d
+    elements per sub-layer per call, the cost of keeping the profiled value in a buffer (schemes/admin.py)."""
+    s, n, d = c.sublayers, c.n, c.d
+    work = Work().add("add", s, 2 * d)
+    if not c.backward:
+        return work.add("add", -s, 3 * n).add("addcmul", s, 3 * n + d)
+    work.add("mul", s, 2 * n + d)  # forward: x_{i-1} * omega
+    work.add("mul", s, 2 * n + d).add("mul", s, 3 * n)  # backward: grad * omega, grad * x_{i-1}
+    return work.add("sum", s, n + d)
+
+
+def tfixup(c: StackCall) -> Work:
+    """T-Fixup over Post-LN: no LayerNorm after any sub-layer. Named: in training one copy of the decoder's
+    gradient, which reaches the stack transposed (the output projection takes the batch-first view); the
+    LayerNorm at the top of the other schemes' stacks makes that copy inside its backward."""
+    work = Work().add("native_layer_norm", -c.sublayers, layer_norm_forward(c))
+    if c.backward:
+        work.add("native_layer_norm_backward", -c.sublayers, layer_norm_backward(c))
+        work.add("clone", int(c.decoder and c.strided), 2 * c.n)
+    return work
+
+
+def dlcl(c: StackCall) -> Work:
+    """DLCL over Pre-LN, with l layers in the stack and E = (l+1)(l+2)/2 entries mixed in all:
+
+    forward: LN_k per layer; l + 1 mixes, a multiply for each mix's first entry and an addcmul for every other;
+    backward: LN_k's backward; per entry w[k] * g and <g, h_k> (a dot product); per mix one stack of its
+    weights' gradients and one slice_backward (a row of W has l + 1 entries, a layer uses the first l' + 1);
+    the gradient sums of entries read by several mixes, l(l+1)/2. Named: one copy of the embedding where its
+    time-first view is not contiguous, so that the dot products run on flat views."""
+    layers, n = c.layers, c.n
+    entries = (layers + 1) * (layers + 2) // 2
+    work = Work().add("clone", int(c.strided), 2 * n).add("native_layer_norm", layers, layer_norm_forward(c))
+    work.add("mul", layers + 1, 2 * n).add("addcmul", entries - (layers + 1), 3 * n)
+    if not c.backward:
+        return work
+    work.add("native_layer_norm_backward", layers, layer_norm_backward(c))
+    work.add("mul", entries, 2 * n).add("dot", entries, 2 * n)
+    for m in range(1, layers + 2):  # a mix of m entries: stack writes m; slice_backward reads m, writes l + 1
+        work.add("stack", 1, m).add("slice_backward", 1, m + layers + 1)
+    return work.add("add", layers * (layers + 1) // 2, 3 * n)
+
+
+def plugin(c: StackCall) -> Work:
+    """The plugin's layer loops over fairseq's (its ``pre`` / ``post`` against stock): the decoder makes its
+    causal mask on every training call (``full`` and ``triu_`` of T x T; stock caches it on the module, which
+    the plugin's layers must not: docs/architecture.md), and the encoder reads its has-padding flag once
+    (stock reads it in each layer: N - 1 host reads fewer)."""
+    work = Work()
+    if c.decoder and c.backward:
+        work.add("full", 1, c.length**2).add("triu_", 1, 2 * c.length**2)
+    return work if c.decoder else work.add("_local_scalar_dense", -(c.layers - 1), 0)
+
+
+def optimizer_residual(x: Shapes) -> Work:
+    return Work()
+
+
+def optimizer_admin(x: Shapes) -> Work:
+    return adam(Work(), 2 * x.N + 3 * x.M, x.d)  # omega_delta of every sub-layer
+
+
+def optimizer_tfixup(x: Shapes) -> Work:
+    return adam(Work(), -2 * (2 * x.N + 3 * x.M), x.d)  # the LayerNorms' weights and biases
+
+
+def optimizer_dlcl(x: Shapes) -> Work:
+    work = adam(Work(), 2 * (x.N + x.M), x.d)  # LN_k of every layer
+    for layers in (x.N, x.M):
+        adam(work, layers + 1, layers + 1)  # W's rows: one per layer and the top's
+    return work
+
+
+#: scheme -> (the variant it is compared with, its operations per stack call, its parameters' updates)
+FORMULAS: Dict[str, Tuple[str, Callable[[StackCall], Work], Callable[[Shapes], Work]]] = {
+    "residual": ("pre", residual, optimizer_residual),
+    "b2t": ("post", b2t, optimizer_residual),
+    "deepnet": ("post", deepnet, optimizer_residual),
+    "admin": ("post", admin, optimizer_admin),
+    "tfixup": ("post", tfixup, optimizer_tfixup),
+    "dlcl": ("pre", dlcl, optimizer_dlcl),
+    "pre": ("stock-pre", plugin, optimizer_residual),
+    "post": ("stock-post", plugin, optimizer_residual),
+}
+
+
+def stack_calls(x: Shapes, phase: str) -> Iterator[Tuple[StackCall, int]]:
+    """(stack call, how many times) of a training step (each stack once, with backward) or of a generation
+    (the encoder once, then L + 1 decoder steps of one position for G·K hypotheses)."""
+    if phase == "train":
+        yield StackCall(x.S, x.B, x.d, x.N, decoder=False, backward=True), 1
+        yield StackCall(x.T, x.B, x.d, x.M, decoder=True, backward=True), 1
+    else:
+        yield StackCall(x.S, x.G, x.d, x.N, decoder=False, backward=False), 1
+        yield StackCall(1, x.G * x.K, x.d, x.M, decoder=True, backward=False), x.L + 1
+
+
+def formula(scheme: str, size: Size, phase: str) -> Dict:
+    """The extra work of ``scheme`` over its base (``FORMULAS``) in one training step (``phase`` "train") or
+    one generation ("generate") at ``size``, in ``counts``' shape."""
+    _, per_call, optimizer = FORMULAS[scheme]
+    x = Shapes.of(size)
+    work = Work()
+    for call, repeats in stack_calls(x, phase):
+        work += per_call(call).times(repeats)
+    if phase == "train":
+        work += optimizer(x)
+    return work.totals()
+
+
+def difference(a: Dict, b: Dict) -> Dict:
+    """``a`` - ``b`` of two ``counts`` totals: ops, flops, bytes and, per kind present in either, the same."""
+    kinds = sorted(set(a["by_kind"]) | set(b["by_kind"]))
+    zero = {"ops": 0, "flops": 0, "bytes": 0}
+    by_kind = {}
+    for kind in kinds:
+        x, y = a["by_kind"].get(kind, zero), b["by_kind"].get(kind, zero)
+        diff = {key: x[key] - y[key] for key in zero}
+        if any(diff.values()):
+            by_kind[kind] = diff
+    return {**{key: a[key] - b[key] for key in zero}, "by_kind": by_kind}
+
+
+def overhead_rows(size: Size, counted: Dict[str, Dict]) -> List[Dict]:
+    """Per scheme of ``FORMULAS`` counted at ``size`` (``counted[variant][phase]``, ``counts.step_counts``) and
+    phase: the measured difference to its base, the formula, and measured minus formula."""
+    rows = []
+    for scheme, (base, _, _) in FORMULAS.items():
+        if scheme not in counted or base not in counted:
+            continue
+        for phase in ("train", "generate"):
+            measured = difference(counted[scheme][phase], counted[base][phase])
+            expected = formula(scheme, size, phase)
+            rows.append(
+                dict(
+                    scheme=scheme,
+                    base=base,
+                    phase=phase,
+                    measured=measured,
+                    formula=expected,
+                    minus=difference(measured, expected),
+                )
+            )
+    return rows

@@ -1,0 +1,76 @@
+"""Each scheme's counted extra work equals its formula exactly (docs/performance.md, "Counted work"), on tiny
+models of two shapes; and the check notices work beyond the formula."""
+
+import dataclasses
+
+import pytest
+
+from fairseq_residual.schemes import SCHEMES, residual
+from fairseq_residual_tools.bench import counts, formulas
+from fairseq_residual_tools.bench.variants import TINY, variants
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+#: one sentence per batch and three layers: the embedding's time-first view is contiguous (no copies), and the
+#: formulas' depth terms (DLCL's (l+1)(l+2)/2 mixed entries) differ from TINY's
+SINGLE = dataclasses.replace(TINY, name="single", layers=3, batch=1, gen_batch=1)
+
+
+@pytest.fixture(scope="module", params=[TINY, SINGLE], ids=lambda s: s.name)
+def counted(request):
+    size = request.param
+    return size, {v.name: counts.step_counts(size, v) for v in variants()}
+
+
+def test_residual_minus_pre_ln_is_the_formula_exactly():
+    counted = {name: counts.step_counts(TINY, name) for name in ("pre", "residual")}
+    (train, generate) = formulas.overhead_rows(TINY, counted)
+    # TINY: 2 layers a stack, B = 4, S = 7, T = 6, d = 16; generation G = 2, K = 5, L = 5
+    n_enc, n_dec = 7 * 4 * 16, 6 * 4 * 16
+    # per stack: s dual adds and y = x^ln + LN(x^d); backward as many gradient sums; the embedding's copy
+    adds = (4 + 1) * 2 * 3 * n_enc + (6 + 1) * 2 * 3 * n_dec
+    assert train["measured"]["by_kind"] == {
+        "add": {"ops": 24, "flops": 0, "bytes": 4 * adds},
+        "clone": {"ops": 2, "flops": 0, "bytes": 4 * 2 * (n_enc + n_dec)},
+    }
+    # the encoder once (4 dual adds, the output's add, the copy), 6 decoder steps of 10 hypotheses x 1 position
+    n_gen, n_step = 7 * 2 * 16, 10 * 16
+    assert generate["measured"]["by_kind"] == {
+        "add": {"ops": 5 + 6 * 7, "flops": 0, "bytes": 4 * (5 * 3 * n_gen + 6 * 7 * 3 * n_step)},
+        "clone": {"ops": 1, "flops": 0, "bytes": 4 * 2 * n_gen},
+    }
+    for row in (train, generate):
+        assert row["minus"] == {"ops": 0, "flops": 0, "bytes": 0, "by_kind": {}}
+
+
+@pytest.mark.parametrize("scheme", list(formulas.FORMULAS))
+def test_measured_extra_work_minus_the_formula_is_zero(counted, scheme):
+    size, found = counted
+    rows = [row for row in formulas.overhead_rows(size, found) if row["scheme"] == scheme]
+    assert [row["phase"] for row in rows] == ["train", "generate"]
+    for row in rows:
+        assert row["minus"] == {"ops": 0, "flops": 0, "bytes": 0, "by_kind": {}}, (row["phase"], row["minus"])
+
+
+def test_every_registered_scheme_has_a_formula():
+    assert set(SCHEMES) <= set(formulas.FORMULAS)
+
+
+def test_the_check_sees_one_multiply_more_per_sublayer(monkeypatch):
+    def with_a_multiply(self, sublayer, x, residual, block_input, x_dual):
+        return residual + x, x_dual + self.dual_stream_scale * x  # s * x^f as its own tensor, then the add
+
+    monkeypatch.setattr(residual.DualStreamLayer, "residual_sum", with_a_multiply)
+    found = {name: counts.step_counts(TINY, name) for name in ("pre", "residual")}
+    train = formulas.overhead_rows(TINY, found)[0]
+    # forward: one multiply of x^f per sub-layer (4 + 6), backward: one more (its gradient times s)
+    assert train["minus"]["by_kind"]["mul"]["ops"] == 2 * (4 + 6) and train["minus"]["ops"] == 20
+
+
+def test_the_formulas_grow_with_the_shapes_as_written():
+    deep = dataclasses.replace(TINY, layers=12)
+    dlcl = formulas.formula("dlcl", deep, "generate")["by_kind"]
+    # per stack call 13 mixes of 91 entries: 13 multiplies, 78 addcmuls; the encoder once, the decoder 6 steps
+    assert dlcl["mul"]["ops"] == 7 * 13 and dlcl["addcmul"]["ops"] == 7 * 78
+    assert formulas.formula("deepnet", deep, "generate")["ops"] == 0
+    assert formulas.formula("b2t", deep, "train")["by_kind"]["add"]["ops"] == 2 * 2 * 12
