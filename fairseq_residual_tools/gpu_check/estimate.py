@@ -7,12 +7,12 @@ operation it launches. So an update takes
 
     t_update = max(ops x (t_op + t_launch) x k_precision,  sum over the runs sharing the GPU of FLOPs / R)
 
-ops and FLOPs are counted exactly (``count_step``: every aten operation of the update seen by a dispatch mode,
-FLOPs by ``torch.utils.flop_counter``'s formulas); t_op is the host's time per operation, measured here on
-the CPU by timing the same step at a tiny width, where arithmetic is negligible (``calibrate``); the fairseq-train
-start-up is measured here too. t_launch, R (the GPU's effective throughput at these small matrix sizes), the
-reduced-precision op factor and the start-up of the CUDA context are assumptions, named below; the GPU run
-records its real times beside these estimates (report.md), which is how the next run's figures are corrected.
+ops and FLOPs are counted exactly (``count_step``, with the benchmark's ``bench.counts``: every aten operation that
+launches work, FLOPs by ``torch.utils.flop_counter``'s formulas); t_op is the host's time per operation, measured
+here on the CPU by timing the same step at a tiny width, where arithmetic is negligible (``calibrate``); the
+fairseq-train start-up is measured here too. t_launch, R (the GPU's effective throughput at these small matrix
+sizes), the reduced-precision op factor and the start-up of the CUDA context are assumptions, named below; the GPU
+run records its real times beside these estimates (report.md), which is how the next run's figures are corrected.
 """
 
 import json
@@ -100,31 +100,6 @@ def _step(model, sample, optimizer):
     optimizer.zero_grad(set_to_none=True)
 
 
-def _dispatch_counter():
-    from torch.utils._python_dispatch import TorchDispatchMode
-    from torch.utils.flop_counter import flop_registry
-
-    class Operations(TorchDispatchMode):
-        """Counts the aten operations run inside it, and their FLOPs by torch.utils.flop_counter's formulas (its
-        registry: the matrix products, convolutions and attention kernels; FlopCounterMode's module tracking,
-        ~100x the cost per operation, is not needed here)."""
-
-        def __init__(self):
-            super().__init__()
-            self.count, self.flops = 0, 0
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            kwargs = kwargs or {}
-            self.count += 1
-            out = func(*args, **kwargs)
-            formula = flop_registry.get(func._overloadpacket)
-            if formula is not None:
-                self.flops += formula(*args, **kwargs, out_val=out)
-            return out
-
-    return Operations()
-
-
 def count_step(workload: Workload) -> Dict[str, float]:
     """aten operations and FLOPs of one fairseq-train update of ``workload`` (fp32, exact).
 
@@ -147,24 +122,22 @@ def count_at_depth(workload: Workload) -> Dict[str, float]:
     import torch
     from fairseq.optim.adam import Adam
 
+    from ..bench.counts import count
     from ..bench.steps import synthetic_batch
 
     tiny, task = _model(workload, width=TINY_WIDTH, device="cpu")
     tiny.train()
     sample = synthetic_batch(task, 1, workload.length, workload.length)
-    operations = _dispatch_counter()
     optimizer = Adam(tiny.parameters(), lr=1e-4)
-    with operations:
-        _step(tiny, sample, optimizer)
+    _step(tiny, sample, optimizer)  # uncounted: Adam's state exists, as in every later update
+    ops = count(lambda: _step(tiny, sample, optimizer))["ops"]
     model = _model(workload)[0].to_empty(device="cpu")
     with torch.no_grad():
         for tensor in [*model.parameters(), *model.buffers()]:
             tensor.zero_()
     model.train()
-    products = _dispatch_counter()
-    with products:
-        _loss(model, sample).backward()
-    return {"ops": operations.count, "flops": float(products.flops) * workload.sentences}
+    flops = count(lambda: _loss(model, sample).backward())["flops"]
+    return {"ops": ops, "flops": float(flops) * workload.sentences}
 
 
 def host_seconds_per_op(workload: Workload, steps: int = 10) -> float:
@@ -172,6 +145,7 @@ def host_seconds_per_op(workload: Workload, steps: int = 10) -> float:
     import torch
     from fairseq.optim.adam import Adam
 
+    from ..bench.counts import count
     from ..bench.steps import synthetic_batch
 
     threads = torch.get_num_threads()
@@ -181,11 +155,9 @@ def host_seconds_per_op(workload: Workload, steps: int = 10) -> float:
         model.train()
         sample = synthetic_batch(task, 8, 6, 6)
         optimizer = Adam(model.parameters(), lr=1e-4)
-        operations = _dispatch_counter()
-        with operations:
+        for _ in range(3):
             _step(model, sample, optimizer)
-        for _ in range(2):
-            _step(model, sample, optimizer)
+        ops = count(lambda: _step(model, sample, optimizer))["ops"]
         times = []
         for _ in range(steps):
             start = time.perf_counter()
@@ -193,7 +165,7 @@ def host_seconds_per_op(workload: Workload, steps: int = 10) -> float:
             times.append(time.perf_counter() - start)
     finally:
         torch.set_num_threads(threads)
-    return statistics.median(times) / operations.count
+    return statistics.median(times) / ops
 
 
 def startup_seconds(databin: Path, work: Path) -> float:
