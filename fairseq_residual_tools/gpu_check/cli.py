@@ -164,6 +164,12 @@ def _compiled_outcome(path: Path) -> str:
     return outcome(json.loads(path.read_text()))
 
 
+def command_line(args) -> str:
+    """The command as typed: gpu_check.sh consumes --bundle before this module runs, and says which one it used."""
+    bundle = os.environ.get("GPU_CHECK_BUNDLE")
+    return shlex.join(["bash", "scripts/gpu_check.sh", *(["--bundle", bundle] if bundle else []), *args.argv])
+
+
 def run(args) -> Dict:
     started = float(os.environ.get("GPU_CHECK_STARTED", time.time()))  # gpu_check.sh: before the bundle install
     if args.calibrate:
@@ -189,7 +195,7 @@ def run(args) -> Dict:
     logs = work / "logs"
     scale = plan.scale_of(args)
     record: Dict[str, Any] = {
-        "command": "bash scripts/gpu_check.sh " + shlex.join(args.argv),
+        "command": command_line(args),
         "provenance": provenance(),
         "packages": packages(),
         "cpu_tiny": args.cpu_tiny,
@@ -244,7 +250,7 @@ def write_calibration(args) -> Dict:
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     record = calibrate(plan.workloads(plan.GPU), data.databin, work)
-    record["command"] = "bash scripts/gpu_check.sh " + shlex.join(args.argv)
+    record["command"] = command_line(args)
     write_json(Path(args.estimates), record)
     print(
         f"[gpu-check] estimate inputs: {args.estimates} (host {record['host_seconds_per_op'] * 1e6:.1f} us per "
