@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from fairseq import checkpoint_utils, tasks
 from fairseq.data import data_utils
-from fairseq.tasks import translation
+from fairseq.tasks import FairseqTask, translation
 from fairseq.trainer import Trainer
 
 from . import (
@@ -87,12 +87,14 @@ PATCHES: List[Patch] = [
         "resume from a readable checkpoint",
         "Trainer.load_checkpoint falls back to the newest readable checkpoint; loading a checkpoint of another "
         "scheme, architecture, dimensions or dictionary, an unreadable --path, or one that torch's safe loading "
-        "refuses (it carries code) stops with one line naming the file and the difference",
+        "refuses (it carries code) stops with one line naming the file and the difference; a resumed run's "
+        "reusable batches are made with epoch 1's seed, as the uninterrupted run's",
         "an unreadable checkpoint_last.pt stopped every later start; a wrong checkpoint failed with a long "
-        "state-dict or unpickling traceback",
+        "state-dict or unpickling traceback; a run resumed after an epoch's end batched other sentences together",
         None,
         checkpoint_reading.apply,
         (
+            (FairseqTask, "get_batch_iterator"),
             (Trainer, "load_checkpoint"),
             (checkpoint_utils, "load_checkpoint_to_cpu"),
             (checkpoint_utils, "load_model_ensemble_and_task"),

@@ -93,3 +93,20 @@ def test_fairseqs_epoch_function_is_patched_once_imported_and_undone_with_the_re
     finally:
         patches.apply_all()
     assert train.train.__wrapped__ is stock
+
+
+def test_every_fairseq_function_the_plugin_replaced_is_a_row_of_the_table():
+    """A replaced function carries the mark ``fairseq_residual``; each one is a target, so ``undo_all`` restores it."""
+    targets = {(id(owner), name) for patch in patches.PATCHES for owner, name in patch.targets}
+    marked = []
+    for module_name, module in list(sys.modules.items()):
+        if module is None or module_name.split(".")[0] not in ("fairseq", "fairseq_cli"):
+            continue
+        owners = [module] + [v for v in vars(module).values() if isinstance(v, type) and v.__module__ == module_name]
+        for owner in owners:
+            for name, value in list(vars(owner).items()):
+                if getattr(value, "fairseq_residual", False) is True:
+                    marked.append((owner, name))
+    assert marked, "no replaced function found: the scan is broken"
+    missing = sorted(f"{getattr(o, '__name__', o)}.{n}" for o, n in marked if (id(o), n) not in targets)
+    assert missing == []
