@@ -74,8 +74,9 @@ def filters_at_startup(tmp_path, program, **env):
     site_dir.mkdir(exist_ok=True)
     (site_dir / PTH).write_text(pth_line())
     (tmp_path / program).write_text(STARTUP_PROBE)
-    env = {**{k: v for k, v in os.environ.items() if k != VERBOSE_VARIABLE}, **env}
-    # -S: no site-packages of this environment (its own, possibly older, .pth); -W: no filters from PYTHONWARNINGS
+    # without PYTHONWARNINGS (a CI machine may set one, e.g. ignore:semaphore_tracker): only the .pth's filters
+    env = {**{k: v for k, v in os.environ.items() if k not in (VERBOSE_VARIABLE, "PYTHONWARNINGS")}, **env}
+    # -S: no site-packages of this environment (its own, possibly older, .pth); -W default: no -W of the caller's
     command = [sys.executable, "-S", "-W", "default", str(tmp_path / program), str(site_dir)]
     return json.loads(subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout)
 

@@ -133,8 +133,11 @@ def test_the_committed_demo_results_are_of_todays_plugin_demo_and_settings():
 
 def test_the_readme_and_docs_show_the_committed_demo_table():
     results = json.loads((RESULTS / "results.json").read_text())
+    header = published_block(results).splitlines()[0]
     for page in PAGES:
         assert published(page) == published_block(results), f"{page.name} shows another table: {REDO}"
+        # once, inside the block (an edit once pasted a stale copy into the README's first sentence)
+        assert page.read_text().count(header) == 1, f"{page.name} shows the demo's table outside its block"
 
 
 def test_updating_the_committed_results_takes_the_default_settings_only(tmp_path):
