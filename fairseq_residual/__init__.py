@@ -3,11 +3,12 @@
 Use it as ``--user-dir fairseq_residual`` (or ``common.user_dir`` with hydra);
 importing the package first silences the known third-party warnings and log lines
 (``quiet``; ``FAIRSEQ_RESIDUAL_VERBOSE=1`` shows them), then registers the
-``residual_transformer`` model and presets and applies the changes to fairseq listed in
-``patches.PATCHES``: fairseq's checkpoint contents through torch's safe loader, the last
-batch that fairseq's batching drops, checkpoint files complete after a kill, resuming that
-skips an unreadable one, a finished training that a re-run leaves as it is, data-folder checks
-and one-line user errors (docs/patches.md).
+``residual_transformer`` model, the ``residual_transformer_lm`` language model and their
+presets, and applies the changes to fairseq listed in ``patches.PATCHES``: fairseq's
+checkpoint contents through torch's safe loader, the last batch that fairseq's batching
+drops, checkpoint files complete after a kill, resuming that skips an unreadable one, a
+finished training that a re-run leaves as it is, data-folder checks and one-line user
+errors (docs/patches.md).
 """
 
 from . import quiet
@@ -16,6 +17,7 @@ quiet.apply()  # before fairseq is imported below
 
 from . import (  # noqa: E402
     architectures,  # noqa: F401  (registers the presets)
+    language_model,  # noqa: F401  (registers the language model and its presets)
     model,  # noqa: F401  (registers the model)
     patches,
 )

@@ -97,19 +97,22 @@ ResidualTransformerConfig.__module__ = __name__
 ResidualTransformerConfig.__doc__ = "Options of ``--arch residual_transformer`` (flat names)."
 
 
+def flat_values(cfg) -> Dict[str, Any]:
+    """The options of ``cfg`` (Namespace, DictConfig or dataclass) as a plain dict, interpolations resolved."""
+    if isinstance(cfg, DictConfig):
+        return cast(Dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
+    if dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
+        return dataclasses.asdict(cfg)
+    return dict(vars(cfg))
+
+
 def to_transformer_config(cfg) -> TransformerConfig:
     """fairseq's nested TransformerConfig from the flat options (Namespace, DictConfig or dataclass).
 
     Keys that TransformerConfig does not declare (``residual_scheme`` ...) are kept
     as attributes, as fairseq does for the legacy transformer.
     """
-    values: Dict[str, Any]
-    if isinstance(cfg, DictConfig):
-        values = cast(Dict[str, Any], OmegaConf.to_container(cfg, resolve=True))
-    elif dataclasses.is_dataclass(cfg) and not isinstance(cfg, type):
-        values = dataclasses.asdict(cfg)
-    else:
-        values = dict(vars(cfg))
+    values = flat_values(cfg)
     defaults = {name: f.default for name, _, f in _SCHEME_FIELDS}
     for key, value in defaults.items():
         values.setdefault(key, value)

@@ -21,6 +21,14 @@ unless the plugin is imported (fairseq finds model classes only in its own
 package or a ``--user-dir``, and a checkpoint runs no code under torch's safe
 loading): import ``fairseq_residual`` first, or pass
 ``user_dir=fairseq_residual.__path__[0]``.
+
+Language models (``--arch residual_transformer_lm*``) load the same way from the output of
+``data-prep/prepare-monolingual.sh`` (its ``language_model`` record):
+
+    from fairseq_residual.hub import load_language_model
+    lm = load_language_model("checkpoints/checkpoint_best.pt", data_prep_out="data-bin/mytext")
+    lm.score("The house is old.")            # -> log-probabilities of its tokens, perplexity
+    lm.sample("The house", max_len_b=20)     # -> a continuation, detokenised
 """
 
 import json
@@ -33,18 +41,26 @@ from .errors import DataError
 
 def read_translation_record(data_prep_out) -> dict:
     """``summary.json``'s ``translation`` record of a data-prep output folder."""
+    return _read_record(data_prep_out, "translation", "or a multilingual OPUS-100 folder")
+
+
+def read_language_model_record(data_prep_out) -> dict:
+    """``summary.json``'s ``language_model`` record of a ``prepare-monolingual.sh`` output folder."""
+    return _read_record(data_prep_out, "language_model", "or a translation corpus: use prepare-monolingual.sh")
+
+
+def _read_record(data_prep_out, key: str, or_else: str) -> dict:
     summary = Path(data_prep_out) / "summary.json"
     if not summary.is_file():
         raise DataError(
             f"no {summary}: data_prep_out must be the --out folder of data-prep/prepare-*.sh "
             "(the one holding summary.json, bin/ and text/)"
         )
-    record = json.loads(summary.read_text()).get("translation")
+    record = json.loads(summary.read_text()).get(key)
     if record is None:
         raise DataError(
             f"{summary} records no tokeniser and subword settings (written before they were recorded, "
-            "or a multilingual OPUS-100 folder): delete it and run the same data-prep command again, "
-            "which redoes only the summary"
+            f"{or_else}): delete it and run the same data-prep command again, which redoes only the summary"
         )
     return record
 
@@ -54,17 +70,18 @@ def _remove_non_printing(line: str) -> str:
     return "".join(" " if unicodedata.category(c)[0] == "C" else c for c in line)
 
 
-class Translator:
-    """Raw text in, detokenised translations out; ``hub`` is fairseq's ``GeneratorHubInterface``."""
+class RawText:
+    """A model behind fairseq's ``GeneratorHubInterface`` (``hub``) that reads raw text in ``lang``, through the
+    steps of its data-prep ``record``."""
 
-    def __init__(self, hub, record: dict):
+    def __init__(self, hub, record: dict, lang: str):
         self.hub = hub
         self.record = record
         self._normalizer = None
         if record["normalize_punctuation"]:
             from sacremoses import MosesPunctNormalizer
 
-            self._normalizer = MosesPunctNormalizer(lang=record["source_lang"], penn=False, perl_parity=True)
+            self._normalizer = MosesPunctNormalizer(lang=lang, penn=False, perl_parity=True)
 
     def encode(self, line: str):
         """Token ids of raw ``line``, through data prep's steps in data prep's order."""
@@ -77,12 +94,40 @@ class Translator:
             line = line.lower()
         return self.hub.binarize(self.hub.apply_bpe(line))
 
+
+class Translator(RawText):
+    """Raw text in, detokenised translations out."""
+
+    def __init__(self, hub, record: dict):
+        super().__init__(hub, record, record["source_lang"])
+
     def translate(self, text: Union[str, List[str]], beam: int = 5, **generate_kwargs) -> Union[str, List[str]]:
         """The best hypothesis for each raw line, subwords removed and detokenised."""
         lines = [text] if isinstance(text, str) else list(text)
         hypos = self.hub.generate([self.encode(line) for line in lines], beam=beam, **generate_kwargs)
         out = [self.hub.decode(h[0]["tokens"]) for h in hypos]
         return out[0] if isinstance(text, str) else out
+
+
+class LanguageModel(RawText):
+    """Raw text in: its tokens' log-probabilities, or a sampled continuation, detokenised."""
+
+    def __init__(self, hub, record: dict):
+        super().__init__(hub, record, record["lang"])
+
+    def score(self, text: str) -> dict:
+        """``tokens`` (the text's subword ids), ``positional_scores`` (natural-log probability of each given the
+        ones before, the first given the start of sentence) and ``perplexity`` (exp of their negated mean). As
+        fairseq's own hub, the end of sentence is not scored (``fairseq-eval-lm`` scores it)."""
+        hypo = self.hub.generate([self.encode(text)], score_reference=True)[0][0]
+        scores = hypo["positional_scores"]
+        return {"tokens": hypo["tokens"], "positional_scores": scores, "perplexity": scores.mean().neg().exp().item()}
+
+    def sample(self, prefix: str, sampling_topk: int = 10, **generate_kwargs) -> str:
+        """``prefix`` continued by top-k sampling (``beam=1``; fairseq's generation options as keywords)."""
+        tokens = self.encode(prefix)[:-1]  # without the end of sentence: the model continues the prefix
+        kwargs = dict(beam=1, sampling=True, sampling_topk=sampling_topk, **generate_kwargs)
+        return self.hub.decode(self.hub.generate([tokens], **kwargs)[0][0]["tokens"])
 
 
 def load_translator(checkpoint, data_prep_out, cpu: bool = True, **overrides) -> Translator:
@@ -93,10 +138,31 @@ def load_translator(checkpoint, data_prep_out, cpu: bool = True, **overrides) ->
     """
     from .model import ResidualTransformerModel
 
-    checkpoint, out = Path(checkpoint), Path(data_prep_out)
+    out = Path(data_prep_out)
+    record = read_translation_record(out)
+    langs = dict(source_lang=record["source_lang"], target_lang=record["target_lang"])
+    hub = _from_pretrained(ResidualTransformerModel, checkpoint, out, record, cpu, **langs, **overrides)
+    return Translator(hub, record)
+
+
+def load_language_model(checkpoint, data_prep_out, cpu: bool = True, **overrides) -> LanguageModel:
+    """Load a ``residual_transformer_lm`` ``checkpoint`` with the dictionary, tokeniser and subwords of
+    ``data_prep_out`` (the ``--out`` folder of ``prepare-monolingual.sh``); as ``load_translator``."""
+    from .language_model import ResidualTransformerLanguageModel
+
+    out = Path(data_prep_out)
+    record = read_language_model_record(out)
+    return LanguageModel(
+        _from_pretrained(ResidualTransformerLanguageModel, checkpoint, out, record, cpu, **overrides), record
+    )
+
+
+def _from_pretrained(model_cls, checkpoint, out: Path, record: dict, cpu: bool, **overrides):
+    """fairseq's hub interface (``from_pretrained``) of ``checkpoint`` with the data-bin, tokeniser and subword
+    model that ``record`` names in the data-prep folder ``out``, in eval mode."""
+    checkpoint = Path(checkpoint)
     if not checkpoint.is_file():
         raise DataError(f"no checkpoint {checkpoint}: give the .pt file fairseq-train wrote")
-    record = read_translation_record(out)
     subword = {"bpe": record["bpe"]}
     if record["bpe"] == "subword_nmt":
         subword["bpe_codes"] = str((out / record["bpe_codes"]).resolve())
@@ -104,16 +170,14 @@ def load_translator(checkpoint, data_prep_out, cpu: bool = True, **overrides) ->
         subword["sentencepiece_model"] = str((out / record["sentencepiece_model"]).resolve())
     if record["tokenizer"] == "moses":
         subword.update(tokenizer="moses", moses_no_dash_splits=not record["moses_aggressive_dash_splits"])
-    hub = ResidualTransformerModel.from_pretrained(
+    hub = model_cls.from_pretrained(
         str(checkpoint.resolve().parent),
         checkpoint_file=checkpoint.name,
         # an absolute path: fairseq reads a path starting with "." as relative to the checkpoint's folder
         data_name_or_path=str((out / record["data_bin"]).resolve()),
-        source_lang=record["source_lang"],
-        target_lang=record["target_lang"],
         **subword,
         **overrides,
     )
     if cpu:
         hub = hub.cpu()
-    return Translator(hub.eval(), record)
+    return hub.eval()

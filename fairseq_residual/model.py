@@ -252,10 +252,7 @@ class ResidualTransformerModel(TransformerModelBase):
         # flat flags from the dataclass; no defaults in the parser so that the
         # --arch presets can fill in what the user did not set
         gen_parser_from_dataclass(parser, ResidualTransformerConfig(), delete_default=True)
-        # argparse's own check of the choices prints the usage of every fairseq option (~180 lines) before its
-        # error: the scheme is checked by its converter instead, whose OptionError argparse lets through
-        (scheme,) = [action for action in parser._actions if action.dest == "residual_scheme"]
-        scheme.choices, scheme.type, scheme.metavar = None, _known_scheme, "{" + ",".join(SCHEMES) + "}"
+        check_scheme_by_converter(parser)
 
     @classmethod
     def build_model(cls, cfg, task):
@@ -282,18 +279,29 @@ class ResidualTransformerModel(TransformerModelBase):
         return _scheme_from_tag(getattr(self, SCHEME_KEY))
 
     def load_state_dict(self, state_dict, strict=True, model_cfg=None, args=None):
-        expected = self.residual_scheme
-        if SCHEME_KEY not in state_dict:
-            raise ArchitectureMismatchError(
-                f"this checkpoint was not written by residual_transformer (it has no '{SCHEME_KEY}'), "
-                f"but this model is residual_transformer --residual-scheme {expected}: load it with the "
-                "architecture that trained it, or train a residual_transformer model from scratch"
-            )
-        found = _scheme_from_tag(state_dict[SCHEME_KEY])
-        if found != expected:
-            raise CheckpointMismatchError(
-                f"checkpoint was trained with --residual-scheme {found} but this model "
-                f"uses --residual-scheme {expected}; pass --residual-scheme {found} or "
-                "start from a checkpoint of the same scheme"
-            )
+        check_scheme_tag(state_dict, self.residual_scheme, "residual_transformer")
         return super().load_state_dict(state_dict, strict=strict, model_cfg=model_cfg, args=args)
+
+
+def check_scheme_tag(state_dict, expected: str, model_name: str) -> None:
+    """A checkpoint's state dict was written by ``model_name`` with the scheme ``expected``, or a one-line error."""
+    if SCHEME_KEY not in state_dict:
+        raise ArchitectureMismatchError(
+            f"this checkpoint was not written by {model_name} (it has no '{SCHEME_KEY}'), "
+            f"but this model is {model_name} --residual-scheme {expected}: load it with the "
+            f"architecture that trained it, or train a {model_name} model from scratch"
+        )
+    found = _scheme_from_tag(state_dict[SCHEME_KEY])
+    if found != expected:
+        raise CheckpointMismatchError(
+            f"checkpoint was trained with --residual-scheme {found} but this model "
+            f"uses --residual-scheme {expected}; pass --residual-scheme {found} or "
+            "start from a checkpoint of the same scheme"
+        )
+
+
+def check_scheme_by_converter(parser) -> None:
+    """``--residual-scheme`` checked by its converter: argparse's own check of the choices prints the usage of
+    every fairseq option (~180 lines) before its error, while the converter's OptionError is one line."""
+    (scheme,) = [action for action in parser._actions if action.dest == "residual_scheme"]
+    scheme.choices, scheme.type, scheme.metavar = None, _known_scheme, "{" + ",".join(SCHEMES) + "}"

@@ -25,6 +25,7 @@ from . import (
     data_folder,
     errors,
     finished_training,
+    numpy_compat,
 )
 
 #: (object, attribute name): a module's function or a class's method that a patch replaces
@@ -120,6 +121,16 @@ PATCHES: List[Patch] = [
         None,
         data_folder.apply,
         ((tasks, "setup_task"), (translation, "load_langpair_dataset")),
+    ),
+    Patch(
+        "numpy.compat for numpy 2",
+        "fairseq's token_block_dataset and language_pair_dataset see numpy plus numpy 1's compat.long (int), "
+        "which numpy 2 removed",
+        "every language_modeling dataset (TokenBlockDataset) raised AttributeError under numpy 2: "
+        "fairseq-train --task language_modeling and fairseq-eval-lm could not start",
+        None,
+        numpy_compat.apply,
+        tuple((module, "np") for module in numpy_compat.MODULES),
     ),
     Patch(
         "one-line errors",

@@ -277,3 +277,20 @@ def write_parallel(prefix: Path, rows, langs):
     prefix.parent.mkdir(parents=True, exist_ok=True)
     for lang in langs:
         Path(f"{prefix}.{lang}").write_text("".join(r[lang] + "\n" for r in rows), encoding="utf-8")
+
+
+# ---------------------------------------------------------------- monolingual text
+
+
+def write_monolingual(root: Path, sizes=(("train", 300), ("valid", 20), ("test", 20)), lang="en", seed=5):
+    """``root/<split>.txt`` of numbered sentences (split k's ids start at k * 1000 + 1); returns the paths."""
+    rng = random.Random(seed)
+    root.mkdir(parents=True, exist_ok=True)
+    paths = {}
+    for k, (split, n) in enumerate(sizes):
+        rows = [sentence(lang, k * 1000 + i, rng, rng.randint(4, 14)) for i in range(1, n + 1)]
+        if k == 0:
+            rows[3] = f'She said " {rows[3]} " and it\'s that.'  # quotes and apostrophes, escaped by Moses
+        paths[split] = root / f"{split}.txt"
+        paths[split].write_text("".join(r + "\n" for r in rows), encoding="utf-8")
+    return paths

@@ -226,3 +226,56 @@ def launch_args(cell, work, data=None, **kwargs):
     )
     values.update(kwargs)
     return Namespace(**values)
+
+
+# language models (--arch residual_transformer_lm)
+def lm_args(scheme="residual", layers=2, embed=16, heads=2, ffn=32, **overrides):
+    """Every option of residual_transformer_lm at its default (the task's values given), a tiny size, no dropout."""
+    import dataclasses
+
+    from fairseq_residual.language_model import ResidualTransformerLanguageModelConfig
+
+    args = {
+        f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        for f in dataclasses.fields(ResidualTransformerLanguageModelConfig)
+    }
+    args.update(
+        add_bos_token=False,
+        tokens_per_sample=64,
+        max_target_positions=64,
+        tpu=False,
+        residual_scheme=scheme,
+        decoder_layers=layers,
+        decoder_embed_dim=embed,
+        decoder_input_dim=embed,
+        decoder_output_dim=embed,
+        decoder_ffn_embed_dim=ffn,
+        decoder_attention_heads=heads,
+        dropout=0.0,
+    )
+    args.update(overrides)
+    return Namespace(**args)
+
+
+def build_lm(task=None, seed=0, **kwargs):
+    """A residual_transformer_lm in eval mode; Admin's omega profiled on a random batch, DLCL's W randomised."""
+    from fairseq_residual.language_model import ResidualTransformerLanguageModel
+
+    task = task or TinyTask()
+    torch.manual_seed(seed)
+    model = ResidualTransformerLanguageModel.build_model(lm_args(**kwargs), task)
+    scheme = kwargs.get("scheme", "residual")
+    if scheme == "admin":
+        with torch.no_grad():
+            model(lm_batch(task, seed=seed))  # the profiling pass (training mode, dropout 0)
+    randomise_learned_mixing(model, scheme, seed)
+    return model.eval()
+
+
+def lm_batch(task, batch=3, length=9, seed=0):
+    """Token ids of ``batch`` sequences, the last one right-padded (as fairseq's language_modeling batches)."""
+    g = torch.Generator().manual_seed(seed)
+    d = task.source_dictionary
+    tokens = torch.randint(d.nspecial, len(d), (batch, length), generator=g)
+    tokens[-1, -3:] = d.pad()
+    return tokens

@@ -123,11 +123,14 @@ class RecipeStages(Stages):
         self.run("binarise", [self.databin / "preprocess.done"], preprocess, self.options("src", "tgt", **options))
 
     def summary(self, pairs: Callable[[], dict], **fields):
-        """``summary.json``: the recipe, ``pairs()`` per split, ``fields``, the data-bin with its content's sha256,
-        the release archives read (name -> the checksum they were verified against) and every option."""
+        """``summary.json``: the recipe, ``pairs()`` per split (``lines`` in place of ``pairs`` when ``fields`` has
+        ``lines=True``: monolingual text), ``fields``, the data-bin with its content's sha256, the release archives
+        read (name -> the checksum they were verified against) and every option."""
+
+        counted = "lines" if fields.pop("lines", False) else "pairs"
 
         def write():
-            info = {"recipe": self.recipe, "pairs": pairs(), **fields, "data_bin": str(self.databin)}
+            info = {"recipe": self.recipe, counted: pairs(), **fields, "data_bin": str(self.databin)}
             info.update(data_bin_sha256=databin_sha256(self.databin), archives=self.archives())
             write_json(self.out / "summary.json", {**info, "options": vars(self.args)})
 
@@ -143,21 +146,13 @@ class RecipeStages(Stages):
         checksums = Checksums(self.args.checksums)
         return {name: checksums.archive(name).sha256 or checksums.archive(name).md5 for name in names}
 
-    def translation(self, steps: TextSteps, bpe: str, model: Path) -> dict:
-        """``summary.json``'s ``translation`` record, read by ``fairseq_residual.hub.load_translator``: what raw
-        source text goes through (``steps``, then fairseq's ``--bpe`` ``subword_nmt`` or ``sentencepiece`` with
-        the file ``model``), and the same as ``fairseq-interactive`` flags. Paths are relative to the output
-        folder, except in the flags."""
+    def text_steps(self, steps: TextSteps, bpe: str, model: Path) -> dict:
+        """What raw text goes through before the model (``steps``, then fairseq's ``--bpe`` with the file
+        ``model``, relative to the output folder): the part of the ``translation`` and ``language_model`` records
+        that fairseq_residual.hub reads."""
         model_key = {"subword_nmt": "bpe_codes", "sentencepiece": "sentencepiece_model"}[bpe]
         moses = steps.tokenize
-        flags = ["--source-lang", self.args.src, "--target-lang", self.args.tgt]
-        if moses:
-            # fairseq's moses tokenizer splits dashes unless told not to; tokenizer.perl only with -a
-            flags += ["--tokenizer", "moses"] + ([] if steps.aggressive_dash_splits else ["--moses-no-dash-splits"])
-        flags += ["--bpe", bpe, "--" + model_key.replace("_", "-"), str(Path(model).resolve())]
         return {
-            "source_lang": self.args.src,
-            "target_lang": self.args.tgt,
             "data_bin": "bin",
             "lowercase": steps.lowercase,
             "normalize_punctuation": steps.normalize_punctuation,
@@ -166,6 +161,44 @@ class RecipeStages(Stages):
             "moses_aggressive_dash_splits": steps.aggressive_dash_splits if moses else None,
             "bpe": bpe,
             model_key: str(Path(model).relative_to(self.out)),
+        }
+
+    def tokenizer_flags(self, steps: TextSteps, bpe: str, model: Path) -> List[str]:
+        """fairseq's tokenizer and ``--bpe`` flags for raw text through ``steps`` and ``model``."""
+        model_key = {"subword_nmt": "bpe_codes", "sentencepiece": "sentencepiece_model"}[bpe]
+        flags: List[str] = []
+        if steps.tokenize:
+            # fairseq's moses tokenizer splits dashes unless told not to; tokenizer.perl only with -a
+            flags += ["--tokenizer", "moses"] + ([] if steps.aggressive_dash_splits else ["--moses-no-dash-splits"])
+        return flags + ["--bpe", bpe, "--" + model_key.replace("_", "-"), str(Path(model).resolve())]
+
+    def language_model(self, steps: TextSteps, bpe: str, model: Path) -> dict:
+        """``summary.json``'s ``language_model`` record, read by ``fairseq_residual.hub.load_language_model``:
+        ``text_steps``, the language, and the flags ``fairseq-eval-lm`` needs besides the data-bin."""
+        return {
+            "lang": steps.lang,
+            **self.text_steps(steps, bpe, model),
+            "fairseq_eval_lm_flags": shlex.join(
+                ["--task", "language_modeling", *self.tokenizer_flags(steps, bpe, model)]
+            ),
+        }
+
+    def translation(self, steps: TextSteps, bpe: str, model: Path) -> dict:
+        """``summary.json``'s ``translation`` record, read by ``fairseq_residual.hub.load_translator``: what raw
+        source text goes through (``steps``, then fairseq's ``--bpe`` ``subword_nmt`` or ``sentencepiece`` with
+        the file ``model``), and the same as ``fairseq-interactive`` flags. Paths are relative to the output
+        folder, except in the flags."""
+        flags = [
+            "--source-lang",
+            self.args.src,
+            "--target-lang",
+            self.args.tgt,
+            *self.tokenizer_flags(steps, bpe, model),
+        ]
+        return {
+            "source_lang": self.args.src,
+            "target_lang": self.args.tgt,
+            **self.text_steps(steps, bpe, model),
             # fairseq-interactive lowercases nothing: with "lowercase", lowercase the input first
             "fairseq_interactive_flags": shlex.join(flags),
         }
@@ -315,4 +348,19 @@ def fairseq_preprocess(prefixes: Dict[str, str], src: str, tgt: str, destdir: Pa
     ``prefixes["test"]`` may list several comma-separated prefixes: fairseq names them ``test``, ``test1``, ..."""
     with atomic_outputs([destdir]) as (tmp,):
         argv = run_fairseq_preprocess(prefixes, src, tgt, tmp, workers, "--joined-dictionary")
+        (tmp / "preprocess.done").write_text("fairseq-preprocess " + " ".join(argv) + "\n")
+
+
+def fairseq_preprocess_monolingual(prefixes: Dict[str, str], destdir: Path, workers=1):
+    """Binarise one language with ``fairseq-preprocess --only-source`` (``dict.txt``, ``train.bin`` ...: the files
+    fairseq's language_modeling task reads); ``destdir`` appears only when complete."""
+    from fairseq import options
+    from fairseq_cli import preprocess
+
+    with atomic_outputs([destdir]) as (tmp,):
+        argv = ["--only-source", "--destdir", str(tmp), "--workers", str(workers)]
+        for split, prefix in prefixes.items():
+            argv += [f"--{split}pref", prefix]
+        logger.info("fairseq-preprocess %s", " ".join(argv))
+        preprocess.main(options.get_preprocessing_parser().parse_args(argv))
         (tmp / "preprocess.done").write_text("fairseq-preprocess " + " ".join(argv) + "\n")

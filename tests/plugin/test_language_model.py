@@ -1,0 +1,148 @@
+"""residual_transformer_lm: Post-LN / Pre-LN are fairseq's stock transformer_lm, every scheme decodes
+incrementally as it computes in one pass, and a forward keeps no state on the modules."""
+
+from argparse import Namespace
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+import torch
+from fairseq.models import ARCH_CONFIG_REGISTRY
+from fairseq.models.transformer_lm import TransformerLanguageModel
+from helpers import TinyTask, build_lm, lm_args, lm_batch
+from torch import nn
+
+from fairseq_residual.errors import CheckpointMismatchError, ConfigError
+from fairseq_residual.language_model import PRESETS, ResidualTransformerLanguageModel
+from fairseq_residual.model import SCHEME_KEY
+from fairseq_residual.schemes import SCHEMES
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+
+
+def stock_lm(task, normalize_before, layers, **overrides):
+    args = vars(lm_args("post", layers=layers, **overrides))
+    for key in ("residual_scheme", "dual_stream_scale"):
+        args.pop(key)
+    args["decoder_normalize_before"] = normalize_before
+    return TransformerLanguageModel.build_model(Namespace(**args), task).eval()
+
+
+@pytest.mark.parametrize("scheme,normalize_before", [("post", False), ("pre", True)])
+@pytest.mark.parametrize("layers,shared", [(1, False), (3, True)])
+def test_post_and_pre_equal_stock_fairseq_transformer_lm(scheme, normalize_before, layers, shared):
+    task = TinyTask()
+    ours = build_lm(task, scheme=scheme, layers=layers, share_decoder_input_output_embed=shared)
+    torch.manual_seed(1)  # other weights than ours: the comparison is of the function, given ours
+    stock = stock_lm(task, normalize_before, layers, share_decoder_input_output_embed=shared)
+    state = {k: v for k, v in ours.state_dict().items() if k != SCHEME_KEY}
+    stock.load_state_dict(state, strict=True)  # same parameter names, nothing left over
+    tokens = lm_batch(task)
+    with torch.no_grad():
+        ours_out, stock_out = ours(tokens)[0], stock(tokens)[0]
+    assert ours_out.shape == (3, 9, len(task.source_dictionary))
+    torch.testing.assert_close(ours_out, stock_out, atol=1e-6, rtol=0)
+    assert (ours.decoder.layer_norm is not None) == normalize_before
+    assert all(layer.encoder_attn is None for layer in ours.decoder.layers)
+
+
+def incremental(model, tokens):
+    state: dict = {}
+    return torch.cat([model(tokens[:, : t + 1], incremental_state=state)[0] for t in range(tokens.size(1))], dim=1)
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_incremental_decoding_equals_the_full_forward(scheme):
+    task = TinyTask()
+    model = build_lm(task, scheme=scheme, layers=2)
+    tokens = lm_batch(task)
+    with torch.no_grad():
+        full, steps = model(tokens)[0], incremental(model, tokens)
+    # at padding positions (whose outputs no loss reads) fairseq's own transformer_lm differs too: one position
+    # in a full forward, the next in an incremental step
+    real = tokens.ne(task.source_dictionary.pad())
+    torch.testing.assert_close(steps[real], full[real], atol=1e-5, rtol=0)
+    assert full.abs().max() > 0.1  # a real output, not a zero stack
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_no_module_attribute_is_assigned_and_threads_get_the_single_thread_outputs(scheme, monkeypatch):
+    task = TinyTask()
+    model = build_lm(task, scheme=scheme, layers=2)
+    batches = [lm_batch(task, batch=2 + i % 3, length=5 + i % 4, seed=i) for i in range(12)]
+    assigned = []
+    original = nn.Module.__setattr__
+
+    def spy(self, name, value):
+        assigned.append((type(self).__name__, name))
+        original(self, name, value)
+
+    monkeypatch.setattr(nn.Module, "__setattr__", spy)
+
+    def forward(tokens):
+        with torch.no_grad():
+            return model(tokens)[0], incremental(model, tokens[:, :3])
+
+    alone = [forward(b) for b in batches]
+    assert assigned == []
+    model.train()
+    assigned.clear()
+    model(batches[0])[0].sum().backward()  # a training step's forward and backward
+    assert assigned == []
+    model.eval()
+    with ThreadPoolExecutor(4) as pool:
+        together = list(pool.map(forward, batches))
+    assert all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1]) for a, b in zip(alone, together))
+
+
+def test_every_scheme_builds_its_own_decoder_layers_and_stack_top():
+    task = TinyTask()
+    for name, scheme in SCHEMES.items():
+        model = build_lm(task, scheme=name, layers=2)
+        assert model.residual_scheme == name
+        assert all(isinstance(layer, scheme.decoder_layer_cls) for layer in model.decoder.layers)
+        assert model.decoder.scheme is scheme
+
+
+def test_tfixup_scales_the_embedding_by_the_decoder_rule():
+    task = TinyTask()
+    layers = 4
+    torch.manual_seed(0)
+    plain = ResidualTransformerLanguageModel.build_model(lm_args("post", layers=layers), task)
+    torch.manual_seed(0)
+    tfixup = ResidualTransformerLanguageModel.build_model(lm_args("tfixup", layers=layers), task)
+    ratio = tfixup.decoder.embed_tokens.weight / plain.decoder.embed_tokens.weight
+    expected = (9 * layers) ** (-1 / 4)  # T-Fixup: target embeddings times (9 M)^(-1/4)
+    torch.testing.assert_close(ratio[task.source_dictionary.nspecial :], torch.full_like(ratio[4:], expected))
+
+
+def test_admin_profiles_the_decoder_on_its_first_training_batch():
+    task = TinyTask()
+    model = build_lm(task, scheme="admin", layers=2)
+    assert int(model.decoder.admin_profiled) == 1
+    torch.manual_seed(0)
+    fresh = ResidualTransformerLanguageModel.build_model(lm_args("admin", layers=2), task)
+    assert int(fresh.decoder.admin_profiled) == 0
+
+
+def test_a_checkpoint_of_another_scheme_is_refused_in_one_line():
+    task = TinyTask()
+    state = build_lm(task, scheme="pre").state_dict()
+    with pytest.raises(CheckpointMismatchError, match="trained with --residual-scheme pre.*pass --residual-scheme pre"):
+        build_lm(task, scheme="residual").load_state_dict(state)
+
+
+def test_normalize_before_contradicting_the_scheme_is_a_config_error():
+    with pytest.raises(ConfigError, match="--decoder-normalize-before contradicts --residual-scheme post"):
+        ResidualTransformerLanguageModel.build_model(lm_args("post", decoder_normalize_before=True), TinyTask())
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_presets_take_fairseq_sizes_and_leave_layer_norm_placement_to_the_scheme(preset):
+    ours, stock = Namespace(), Namespace()
+    ARCH_CONFIG_REGISTRY[f"residual_{preset}"](ours)
+    ARCH_CONFIG_REGISTRY[preset](stock)
+    assert stock.decoder_normalize_before is True and ours.decoder_normalize_before is False
+    assert vars(ours) == dict(vars(stock), decoder_normalize_before=False)
+    given = Namespace(decoder_layers=3)
+    ARCH_CONFIG_REGISTRY[f"residual_{preset}"](given)
+    assert given.decoder_layers == 3  # the command line wins
