@@ -1,55 +1,64 @@
-"""A tiny residual_transformer_lm trained by fairseq-train on prepared monolingual text, evaluated by
-fairseq-eval-lm, and loaded by the hub, which scores and samples raw text."""
+"""docs/language-models.md's commands as written, at a tiny width: monolingual text prepared, a
+residual_transformer_lm trained by fairseq-train, evaluated by fairseq-eval-lm, and loaded by the hub, which scores
+and samples raw text."""
 
 import math
 import re
+import shlex
 
 import pytest
 import torch
 from fixtures_dataprep import write_monolingual
-from helpers import PLUGIN_DIR, run_cli
+from helpers import PLUGIN_DIR, ROOT, run_cli
 
 from fairseq_residual.hub import load_language_model
 from fairseq_residual_tools.dataprep import monolingual
 
 pytestmark = pytest.mark.slow  # fairseq-train and fairseq-eval-lm run as processes
 
+#: what the tests add after the page's flags (the last one wins): a tiny width, 40 updates at a fixed rate, the CPU
 LM = ["--decoder-layers", "2", "--decoder-embed-dim", "32", "--decoder-ffn-embed-dim", "64"]
-LM += ["--decoder-attention-heads", "2", "--tokens-per-sample", "64"]
+LM += ["--decoder-attention-heads", "2", "--tokens-per-sample", "64", "--max-tokens", "512"]
+SHORT = ["--lr", "3e-3", "--lr-scheduler", "fixed", "--warmup-updates", "0", "--dropout", "0", "--max-update", "40"]
+SHORT += ["--seed", "3", "--no-epoch-checkpoints", "--log-format", "json", "--cpu", "--num-workers", "0"]
+
+
+def page_commands():
+    """docs/language-models.md's indented commands, continuation lines joined, by program."""
+    text = (ROOT / "docs" / "language-models.md").read_text().replace("\\\n", " ")
+    lines = re.findall(r"^    ((?:fairseq-|data-prep/)\S+ .*)$", text, flags=re.M)
+    return {shlex.split(line)[0]: shlex.split(line)[1:] for line in lines}
+
+
+def as_run(program, extra):
+    """The page's command for ``program`` as ``run_cli`` runs it, the plugin's folder for --user-dir."""
+    args = [PLUGIN_DIR if a == "fairseq_residual" else a for a in page_commands()[program]]
+    return [f"fairseq_cli.{program.split('-', 1)[1].replace('-', '_')}", *args, *extra]
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    """(data-prep folder, checkpoint, raw text files) of an LM trained for 40 updates."""
+    """(data-prep folder, checkpoint, raw text files) of an LM trained for 40 updates by the page's commands."""
     root = tmp_path_factory.mktemp("lm")
     raw = write_monolingual(root / "raw")
-    out = root / "out"
-    assert (
-        monolingual.main(
-            ["--train", str(raw["train"]), "--valid", str(raw["valid"]), "--test", str(raw["test"])]
-            + ["--out", str(out), "--bpe-merges", "120", "--workers", "1", "--quiet"]
-        )
-        == 0
-    )
-    train = [
-        "fairseq_cli.train", str(out / "bin"), "--task", "language_modeling", "--user-dir", PLUGIN_DIR,
-        "--arch", "residual_transformer_lm_gpt2_tiny", "--residual-scheme", "residual", *LM,
-        "--sample-break-mode", "eos", "--dropout", "0", "--optimizer", "adam", "--lr", "3e-3",
-        "--max-tokens", "512", "--max-update", "40", "--cpu", "--num-workers", "0", "--seed", "3",
-        "--save-dir", str(root / "ck"), "--no-epoch-checkpoints", "--log-format", "json",
-    ]  # fmt: skip
-    run_cli(train, cwd=root)
-    return out, root / "ck" / "checkpoint_last.pt", raw
+    names = {f"{split}.txt": str(path) for split, path in raw.items()}
+    prepare = [names.get(a, a) for a in page_commands()["data-prep/prepare-monolingual.sh"]]
+    prepare = [a if a.startswith(("-", "/")) else str(root / a) for a in prepare]
+    assert monolingual.main([*prepare, "--bpe-merges", "120", "--workers", "1", "--quiet"]) == 0
+    run_cli(as_run("fairseq-train", [*LM, *SHORT]), cwd=root)
+    return root / "data" / "lm", root / "checkpoints" / "lm" / "checkpoint_best.pt", raw
+
+
+def test_the_page_has_the_commands_these_tests_run():
+    assert list(page_commands()) == ["data-prep/prepare-monolingual.sh", "fairseq-train", "fairseq-eval-lm"]
 
 
 def test_eval_lm_perplexity_is_the_hubs_score_of_the_raw_test_text(trained):
     out, checkpoint, raw = trained
-    eval_lm = [
-        "fairseq_cli.eval_lm", str(out / "bin"), "--path", str(checkpoint), "--user-dir", PLUGIN_DIR,
-        "--gen-subset", "test", "--sample-break-mode", "eos", "--tokens-per-sample", "64", "--max-tokens", "512",
-        "--cpu", "--num-workers", "0",
-    ]  # fmt: skip
-    proc = run_cli(eval_lm, cwd=out)
+    eval_lm = as_run(
+        "fairseq-eval-lm", ["--tokens-per-sample", "64", "--max-tokens", "512", "--cpu", "--num-workers", "0"]
+    )
+    proc = run_cli(eval_lm, cwd=out.parent.parent)
     loss, perplexity = map(float, re.search(r"Loss \(base 2\): ([\d.]+), Perplexity: ([\d.]+)", proc.stderr).groups())
     lm = load_language_model(checkpoint, out)
     model, dictionary = lm.hub.models[0], lm.hub.task.source_dictionary
