@@ -11,9 +11,10 @@ finished training that a re-run leaves as it is, data-folder checks and one-line
 errors (docs/patches.md).
 """
 
-from . import quiet
+from . import deferred_imports, quiet
 
 quiet.apply()  # before fairseq is imported below
+deferred_imports.install()  # done already where the .pth ran; an install without it (pip --target) starts faster too
 
 from . import (  # noqa: E402
     architectures,  # noqa: F401  (registers the presets)

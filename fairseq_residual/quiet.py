@@ -114,7 +114,8 @@ def apply():
 def startup_line() -> str:
     """The line of ``fairseq_residual_quiet.pth``, which site.py executes at every start of the environment's Python:
     the ``at_startup`` warnings filtered, and the ``STARTUP_LOG_RECORDS`` when the program is fairseq-hydra-train
-    (only there, so that no other program pays for importing ``logging``), unless ``FAIRSEQ_RESIDUAL_VERBOSE`` is set.
+    (only there, so that no other program pays for importing ``logging``), unless ``FAIRSEQ_RESIDUAL_VERBOSE`` is set;
+    then ``deferred_imports.install()`` (fairseq started without scikit-learn and SciPy), whatever the verbosity.
 
     Plain statements only: site.py runs the line with ``exec`` inside a function, where a comprehension or a
     lambda would not see the names the line defines."""
@@ -136,4 +137,15 @@ def startup_line() -> str:
             f"quiet and hydra_train and __import__('logging').getLogger({name!r})"
             f".addFilter(lambda record: not str(record.msg).startswith({KNOWN_LOG_RECORDS[name]!r}))"
         )
+    # last, so that a failure here leaves the filters above installed: deferred_imports.install(), from its file
+    statements += [
+        "import importlib.util",
+        "residual = importlib.util.find_spec('fairseq_residual')",
+        "deferred = residual and residual.submodule_search_locations and importlib.util.spec_from_file_location("
+        "'fairseq_residual_deferred_imports', "
+        "os.path.join(list(residual.submodule_search_locations)[0], 'deferred_imports.py'))",
+        "module = deferred and importlib.util.module_from_spec(deferred)",
+        "module and deferred.loader.exec_module(module)",
+        "module and module.install()",
+    ]
     return "; ".join(statements) + "\n"

@@ -134,11 +134,12 @@ def test_pip_install_of_the_wheel_into_a_fresh_venv(dist, tmp_path):
     code = (
         "import json, sys, fairseq_residual_tools.dataprep as d\n"
         "from pathlib import Path\n"
-        "print(json.dumps([Path(d.__file__).is_file(), sys.prefix]))\n"
+        "deferring = [type(f).__name__ for f in sys.meta_path].count('DeferredImportsFinder')\n"
+        "print(json.dumps([Path(d.__file__).is_file(), sys.prefix, deferring]))\n"
     )
     out = subprocess.run([venv / "bin" / "python", "-c", code], capture_output=True, text=True, check=True).stdout
-    imported, prefix = json.loads(out)
-    assert imported
+    imported, prefix, deferring = json.loads(out)
+    assert imported and deferring == 1  # the .pth found deferred_imports.py in the wheel's layout
     configs = Path(prefix) / "share" / "fairseq_residual" / "configs"
     assert sorted(str(p.relative_to(configs.parent)) for p in configs.rglob("*.yaml")) == CONFIGS
     assert (venv / "bin" / "fairseq-residual-train").is_file()
