@@ -79,17 +79,116 @@ def loss_of(model, batch, seed=1):
     return torch.nn.functional.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=1)
 
 
-def run_cli(args, cwd, check=True, env=None):
-    """Run a fairseq CLI as a subprocess with the project's interpreter."""
+#: environment variables a forked run takes as a fresh process would; any other one in ``env`` means a fresh process
+FORK_ENV = {"OMP_NUM_THREADS", "MKL_NUM_THREADS"}
+#: modules that keep global state a fresh process would not have (hydra's GlobalHydra), always run fresh
+FRESH_MODULES = {"fairseq_cli.hydra_train"}
+#: set to 1 to run every CLI of the tests as a fresh process (to tell a fork-only difference from a real one)
+FRESH_VARIABLE = "FAIRSEQ_RESIDUAL_TEST_FRESH"
+
+
+def run_cli(args, cwd, check=True, env=None, fresh=False):
+    """Run a fairseq CLI (``python -m args...``) with the project's interpreter, as a fresh process or forked.
+
+    Forked (the default): a child of this process, which has torch, fairseq and the plugin imported already, runs the
+    module as ``__main__`` with a fresh root logger, the warnings a fresh process would show (none:
+    PYTHONWARNINGS=ignore) and the given working folder and environment; it saves the 3-6 s of imports a fresh
+    process spends. ``fresh=True``, an ``env`` beyond thread counts, or hydra: a new interpreter, for tests of what
+    a command prints before the plugin loads (tests/plugin/test_quiet.py, the .pth's filters)."""
     full_env = dict(os.environ, PYTHONWARNINGS="ignore")
     full_env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
     full_env.update(env or {})
-    proc = subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=full_env, capture_output=True, text=True)
+    forked = not (fresh or set(env or ()) - FORK_ENV or args[0] in FRESH_MODULES or os.environ.get(FRESH_VARIABLE))
+    if forked:
+        proc = _run_forked(list(map(str, args)), cwd, full_env)
+    else:
+        proc = subprocess.run([sys.executable, "-m", *args], cwd=cwd, env=full_env, capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise AssertionError(
-            f"{' '.join(args)} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+            f"{' '.join(map(str, args))} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
         )
     return proc
+
+
+def _run_forked(args, cwd, env) -> subprocess.CompletedProcess:
+    import tempfile
+
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            _child(args, cwd, env, out.fileno(), err.fileno())  # never returns
+        _, status = os.waitpid(pid, 0)
+        texts = []
+        for f in (out, err):
+            f.seek(0)
+            texts.append(f.read().decode(errors="replace"))
+    return subprocess.CompletedProcess([sys.executable, "-m", *args], os.waitstatus_to_exitcode(status), *texts)
+
+
+def _configures_logging_before_fairseq(module: str) -> bool:
+    """Whether ``module``'s top-level ``logging.basicConfig`` comes before its first import of fairseq
+    (fairseq_cli.train's does; generate's, eval_lm's, interactive's come after)."""
+    import importlib.util
+    import re
+
+    spec = importlib.util.find_spec(module)
+    source = Path(spec.origin).read_text() if spec and spec.origin else ""
+    configured = re.search(r"^logging\.basicConfig\(", source, flags=re.M)
+    imported = re.search(r"^(from|import) fairseq", source, flags=re.M)
+    return bool(configured and (imported is None or configured.start() < imported.start()))
+
+
+def _child(args, cwd, env, out_fd, err_fd):
+    import io
+    import logging
+    import runpy
+    import traceback
+    import warnings
+
+    code = 1
+    try:
+        os.dup2(out_fd, 1)
+        os.dup2(err_fd, 2)
+        sys.stdout = io.TextIOWrapper(os.fdopen(1, "wb", buffering=0), line_buffering=True, write_through=True)
+        sys.stderr = io.TextIOWrapper(os.fdopen(2, "wb", buffering=0), line_buffering=True, write_through=True)
+        os.chdir(cwd)
+        os.environ.clear()
+        os.environ.update(env)
+        root = logging.getLogger()
+        for handler in root.handlers[:]:  # pytest's: logging as a fresh process starts
+            root.removeHandler(handler)
+        root.setLevel(logging.WARNING)
+        if not _configures_logging_before_fairseq(args[0]):
+            # what a fresh process's import of fairseq does (wav2vec2_classification), before the module's own
+            # basicConfig, which then does nothing: fairseq-generate and -eval-lm log to stderr
+            logging.basicConfig(level=logging.DEBUG)
+        # --user-dir finds the plugin imported (by this process): the one line a fresh process would not log
+        logging.getLogger("fairseq.utils").addFilter(lambda r: "has already been imported" not in str(r.msg))
+        warnings.resetwarnings()
+        warnings.simplefilter("ignore")  # PYTHONWARNINGS=ignore, as run_cli gives a fresh process
+        torch.set_num_threads(int(env.get("OMP_NUM_THREADS", "1")))
+        sys.argv = [args[0], *args[1:]]
+        runpy.run_module(args[0], run_name="__main__", alter_sys=True)
+        code = 0
+    except SystemExit as e:
+        if e.code is None or isinstance(e.code, int):
+            code = e.code or 0
+        else:
+            print(e.code, file=sys.stderr)
+    except BaseException as e:
+        try:
+            sys.excepthook(type(e), e, e.__traceback__)  # the plugin's one-line errors, as in a fresh process
+        except BaseException:
+            traceback.print_exc()
+    finally:
+        try:
+            logging.shutdown()
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
 
 
 # fairseq-train on the demo data-bin, a model small enough for a few CPU seconds

@@ -271,7 +271,7 @@ def test_two_workers_shard_the_parameters_and_give_the_update_of_the_averaged_gr
 def test_fairseq_train_on_cpu_stops_while_wrapping_the_model(demo_databin, tmp_path):
     """What ``fairseq-train --cpu --ddp-backend fully_sharded`` does with fairscale installed."""
     args = train_args(demo_databin.databin, tmp_path, max_update=2) + ["--ddp-backend", "fully_sharded"]
-    proc = run_cli(args, cwd=tmp_path, check=False)
+    proc = run_cli(args, cwd=tmp_path, check=False, fresh=True)  # not a child of the process that ran the gloo workers
     assert proc.returncode != 0
     assert "torch.distributed is not yet initialized but process group is requested" in proc.stderr
     assert "fsdp_wrap" in proc.stderr
