@@ -130,3 +130,32 @@ def test_hydra_train_with_the_small_yaml(demo_databin, tmp_path):
     assert model_cfg["encoder_embed_dim"] == 64  # from configs/small.yaml
     assert state["optimizer_history"][-1]["num_updates"] == 3
     assert "encoder.layer_norm.weight" in state["model"]  # Pre-LN's final LayerNorm
+
+
+def without_times_and(text, folder):
+    """Log lines with their timestamps, durations and speeds dropped and ``folder`` named FOLDER."""
+    text = re.sub(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d \| ", "", text.replace(str(folder), "FOLDER"), flags=re.M)
+    text = re.sub(r'"(\w*(?:wps|ups|wall|gb_free))": "[^"]*"', r'"\1": _', text)
+    text = re.sub(r"[\d.]+ seconds", "_ seconds", text)
+    return re.sub(r"in [\d.]+s \([\d.]+ sentences/s, [\d.]+ tokens/s\)", "in _", text)
+
+
+@pytest.mark.parametrize("program", ["train", "generate"])
+def test_a_forked_run_prints_and_writes_what_a_fresh_process_does(demo_databin, trained, tmp_path, program):
+    """run_cli forks this process by default (tests/helpers.py): the same output lines, streams and files."""
+    outputs = {}
+    for fresh in (True, False):
+        folder = tmp_path / f"fresh-{fresh}"
+        folder.mkdir()
+        if program == "train":
+            argv = train_args(demo_databin.databin, folder, max_update=2)
+        else:
+            argv = ["fairseq_cli.generate", str(demo_databin.databin), "--user-dir", PLUGIN_DIR, "--path"]
+            argv += [str(trained[0] / "checkpoint_last.pt"), "--beam", "2", "--max-len-b", "5", "--cpu"]
+        proc = run_cli(argv, cwd=folder, fresh=fresh)
+        outputs[fresh] = [without_times_and(text, folder) for text in (proc.stdout, proc.stderr)]
+        if program == "train":
+            state = torch.load(folder / "checkpoint_last.pt", weights_only=True)["model"]
+            outputs[fresh].append({name: tensor.tolist() for name, tensor in state.items()})
+    assert outputs[True][0].count("\n") > 5  # the log is on the stream fairseq puts it on, in both
+    assert outputs[False] == outputs[True]
