@@ -116,8 +116,9 @@ class ResidualTransformerDecoder(TransformerDecoderBase):
             output_projection=output_projection,
         )
         self.scheme = get_scheme(cfg.residual_scheme)
+        # the stack's width, as fairseq's own top LayerNorm: the embedding may be wider (--decoder-input-dim)
         self.layer_norm: Optional[nn.Module] = self.scheme.build_stack_output(
-            self.layer_norm, embed_tokens.embedding_dim, cfg
+            self.layer_norm, cfg.decoder.embed_dim, cfg
         )
 
     def extract_features_scriptable(

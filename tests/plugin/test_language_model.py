@@ -146,3 +146,26 @@ def test_presets_take_fairseq_sizes_and_leave_layer_norm_placement_to_the_scheme
     given = Namespace(decoder_layers=3)
     ARCH_CONFIG_REGISTRY[f"residual_{preset}"](given)
     assert given.decoder_layers == 3  # the command line wins
+
+
+@pytest.mark.parametrize("scheme", list(SCHEMES))
+def test_only_the_embed_dim_given_builds_as_stock_does(scheme):
+    """--decoder-embed-dim alone leaves fairseq's --decoder-input-dim / --decoder-output-dim at 512: stock
+    transformer_lm then projects the 512-wide embedding in and the 16-wide stack out, and its stack-top
+    LayerNorm is at the stack's width. Every scheme builds and runs so, and Pre-LN is stock's function."""
+    task = TinyTask()
+    dims = dict(decoder_input_dim=512, decoder_output_dim=512)
+    model = build_lm(task, scheme=scheme, layers=2, **dims)
+    assert model.decoder.embed_tokens.embedding_dim == 512 and model.decoder.project_in_dim.out_features == 16
+    assert model.decoder.project_out_dim.in_features == 16
+    if model.decoder.layer_norm is not None:
+        assert model.decoder.layer_norm.weight.shape == (16,)
+    tokens = lm_batch(task)
+    with torch.no_grad():
+        out = model(tokens)[0]
+    assert out.shape == (3, 9, len(task.source_dictionary)) and torch.isfinite(out).all()
+    if scheme == "pre":
+        stock = stock_lm(task, True, 2, **dims)
+        stock.load_state_dict({k: v for k, v in model.state_dict().items() if k != SCHEME_KEY}, strict=True)
+        with torch.no_grad():
+            torch.testing.assert_close(out, stock(tokens)[0], atol=1e-6, rtol=0)
