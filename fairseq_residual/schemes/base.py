@@ -146,22 +146,40 @@ class SublayerLayer(SchemeLayer):
 
         residual_sum(sublayer, x, residual, block_input, stream) -> (sum, stream)
 
-    x: the sub-layer's output after dropout, residual: its input (Post-LN), block_input: the
-    layer's input, stream: what the scheme's ``step`` passed in (returned as the layer's last
-    output, updated). The sub-layers run self-attention, cross-attention (decoder, given an
-    encoder output), FFN; fairseq's LayerNorm follows each sum.
+    x: the sub-layer's output after dropout, residual: the stream it reads (its input in Post-LN,
+    the un-normalised stream whose LN is its input in Pre-LN), block_input: the layer's input,
+    stream: what the scheme's ``step`` passed in (returned as the layer's last output, updated).
+    The sub-layers run self-attention, cross-attention (decoder, given an encoder output), FFN;
+    fairseq's LayerNorm follows each sum (Post-LN) or precedes each sub-layer (``pre_norm``).
+    NormFormer's modules (``attn_ln`` on the self-attention's output, ``ffn_layernorm`` after the FFN's
+    activation; fairseq's ``--scale-attn`` / ``--scale-fc`` in the decoder) apply where present.
     """
+
+    #: the wiring the layer is written for: LN after each residual sum (Post-LN, False) or on each
+    #: sub-layer's input (Pre-LN, True; the scheme's ``normalize_before``)
+    pre_norm: bool = False
 
     def residual_sum(self, sublayer: str, x: Tensor, residual: Tensor, block_input: Tensor, stream):
         raise NotImplementedError
 
     def setup_layer(self, cfg, decoder):
         side = cfg.decoder if decoder else cfg.encoder
-        if side.normalize_before or (decoder and cfg.cross_self_attention):
+        if side.normalize_before != self.pre_norm or (decoder and cfg.cross_self_attention):
+            wiring = "Pre-LN" if self.pre_norm else "Post-LN"
             raise ConfigError(
-                "this residual scheme writes its own Post-LN layer and supports neither --*-normalize-before "
+                f"this residual scheme writes its own {wiring} layer and supports neither --*-normalize-before "
                 "nor --cross-self-attention: drop the option, or use --residual-scheme post/pre"
             )
+        if not decoder:  # NormFormer's modules, which fairseq builds in decoder layers only
+            self.attn_ln = None
+            self.ffn_layernorm = None
+
+
+class PlainSumLayer(SublayerLayer):
+    """Mixin: the residual sum x_k + f_k of Post-LN and Pre-LN, for schemes that change what surrounds it."""
+
+    def residual_sum(self, sublayer, x, residual, block_input, stream):
+        return residual + x, stream
 
 
 def call_with_stream(layer: nn.Module, x: Tensor, stream, **kwargs) -> Tuple[Tensor, tuple, Any]:
@@ -171,29 +189,39 @@ def call_with_stream(layer: nn.Module, x: Tensor, stream, **kwargs) -> Tuple[Ten
 
 
 class SublayerEncoderLayer(TransformerEncoderLayerBase):
-    """fairseq's Post-LN encoder layer, forward written sub-layer by sub-layer (see ``SublayerLayer``)."""
+    """fairseq's encoder layer, forward written sub-layer by sub-layer (see ``SublayerLayer``)."""
 
     def forward(
         self, x, encoder_padding_mask: Optional[Tensor] = None, attn_mask: Optional[Tensor] = None, stream=None
     ):
         if attn_mask is not None:  # as fairseq: masked positions get a large negative score, not -inf
             attn_mask = attn_mask.masked_fill(attn_mask.to(torch.bool), -1e8 if x.dtype == torch.float32 else -1e4)
-        block_input = x
+        block_input, pre = x, self.normalize_before
+        h = self.self_attn_layer_norm(x) if pre else x
         f, _ = self.self_attn(
-            query=x, key=x, value=x, key_padding_mask=encoder_padding_mask, need_weights=False, attn_mask=attn_mask
+            query=h, key=h, value=h, key_padding_mask=encoder_padding_mask, need_weights=False, attn_mask=attn_mask
         )
+        if self.attn_ln is not None:
+            f = self.attn_ln(f)
         x, stream = self.residual_sum("self_attn", self.dropout_module(f), x, block_input, stream)
-        x = self.self_attn_layer_norm(x)
-        fc_result = self.fc2(self.activation_dropout_module(self.activation_fn(self.fc1(x))))
+        if pre:
+            h = self.final_layer_norm(x)
+        else:
+            x = h = self.self_attn_layer_norm(x)
+        f = self.activation_dropout_module(self.activation_fn(self.fc1(h)))
+        if self.ffn_layernorm is not None:
+            f = self.ffn_layernorm(f)
+        fc_result = self.fc2(f)
         x, stream = self.residual_sum("ffn", self.dropout_module(fc_result), x, block_input, stream)
-        x = self.final_layer_norm(x)
+        if not pre:
+            x = self.final_layer_norm(x)
         if self.return_fc:
             return x, fc_result, stream
         return x, stream
 
 
 class SublayerDecoderLayer(TransformerDecoderLayerBase):
-    """fairseq's Post-LN decoder layer, forward written sub-layer by sub-layer (see ``SublayerLayer``).
+    """fairseq's decoder layer, forward written sub-layer by sub-layer (see ``SublayerLayer``).
 
     Returns fairseq's (x, attn, None) followed by the stream. fairseq's decoder loop never passes
     ``prev_self_attn_state`` / ``prev_attn_state`` (incremental state lives in ``incremental_state``).
@@ -215,25 +243,28 @@ class SublayerDecoderLayer(TransformerDecoderLayerBase):
     ):
         if prev_self_attn_state is not None or prev_attn_state is not None:
             raise NotImplementedError("prev_self_attn_state / prev_attn_state: pass the state in incremental_state")
-        block_input = x
+        block_input, pre = x, self.normalize_before
+        h = self.self_attn_layer_norm(x) if pre else x
         f, attn = self.self_attn(
-            query=x,
-            key=x,
-            value=x,
+            query=h,
+            key=h,
+            value=h,
             key_padding_mask=self_attn_padding_mask,
             incremental_state=incremental_state,
             need_weights=False,
             attn_mask=self_attn_mask,
         )
-        if self.c_attn is not None:  # NormFormer's head scaling (--scale-heads)
+        if self.c_attn is not None:  # fairseq's --scale-heads
             f = torch.einsum("tbhd,h->tbhd", f.unflatten(-1, (self.nh, self.head_dim)), self.c_attn).flatten(-2)
         if self.attn_ln is not None:  # NormFormer (--scale-attn)
             f = self.attn_ln(f)
         x, stream = self.residual_sum("self_attn", self.dropout_module(f), x, block_input, stream)
-        x = self.self_attn_layer_norm(x)
+        if not pre:
+            x = self.self_attn_layer_norm(x)
         if self.encoder_attn is not None and encoder_out is not None:
+            h = self.encoder_attn_layer_norm(x) if pre else x
             f, attn = self.encoder_attn(
-                query=x,
+                query=h,
                 key=encoder_out,
                 value=encoder_out,
                 key_padding_mask=encoder_padding_mask,
@@ -243,13 +274,16 @@ class SublayerDecoderLayer(TransformerDecoderLayerBase):
                 need_head_weights=need_head_weights,
             )
             x, stream = self.residual_sum("encoder_attn", self.dropout_module(f), x, block_input, stream)
-            x = self.encoder_attn_layer_norm(x)
-        f = self.activation_dropout_module(self.activation_fn(self.fc1(x)))
+            if not pre:
+                x = self.encoder_attn_layer_norm(x)
+        h = self.final_layer_norm(x) if pre else x
+        f = self.activation_dropout_module(self.activation_fn(self.fc1(h)))
         if self.ffn_layernorm is not None:  # NormFormer (--scale-fc)
             f = self.ffn_layernorm(f)
         residual = x if self.w_resid is None else torch.mul(self.w_resid, x)  # NormFormer (--scale-resids)
         x, stream = self.residual_sum("ffn", self.dropout_module(self.fc2(f)), residual, block_input, stream)
-        x = self.final_layer_norm(x)
+        if not pre:
+            x = self.final_layer_norm(x)
         return x, attn, None, stream
 
 
