@@ -252,7 +252,10 @@ def train_args(databin, save_dir, max_update, scheme="residual"):
 
 
 # the schemes beyond Post-LN / Pre-LN / ResiDual, each checked against its paper's equations
-BASELINES = ["deepnet", "b2t", "admin", "tfixup", "dlcl"]
+BASELINES = ["deepnet", "b2t", "admin", "tfixup", "dlcl", "sandwich", "normformer", "residual-sandwich"]
+#: schemes whose LayerNorms (and NormFormer's head scales) are made random before an equation check: at init
+#: all LNs are the identity and every gamma is 1, so a LayerNorm or head scale in the wrong place would not show
+NORM_SCHEMES = {"sandwich", "normformer", "residual-sandwich"}
 
 
 def randomise_learned_mixing(model, scheme, seed=0):
@@ -262,6 +265,8 @@ def randomise_learned_mixing(model, scheme, seed=0):
         for name, p in model.named_parameters():
             if scheme == "admin" and name.endswith("_omega_delta"):
                 p.copy_(0.5 * torch.randn(p.shape, generator=g))
+            if scheme in NORM_SCHEMES and (name.endswith(".gamma") or "norm" in name or "attn_ln" in name):
+                p.copy_(p + 0.3 * torch.randn(p.shape, generator=g))
             if scheme == "dlcl" and name.endswith("history_weight"):
                 used = p.ne(0)  # the entries a layer reads: 1/(l+1) after initialisation
                 p.copy_(torch.where(used, torch.rand(p.shape, generator=g) + 0.5, p))

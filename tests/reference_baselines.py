@@ -15,6 +15,12 @@ Admin (Liu et al. 2020):      x <- LN(x omega_i + f_i(x)); profiling: omega_1 = 
 T-Fixup (Huang et al. 2020):  x <- x + f(x), no LayerNorm anywhere
 DLCL (Wang et al. 2019):      x_{l+1} = sum_k W[l+1,k] LN_k(y_k), y_{l+1} = PreLN-block(x_{l+1}),
                               top = LN(sum_k W[N+1,k] LN_k(y_k))
+Sandwich-LN (Ding et al. 2021): x <- x + LN^out(f(LN(x))), top = LN(x)
+NormFormer (Shleifer et al. 2021): x <- x + LN^attn(Concat(gamma_i h_i) W^O) (self-attention, heads written
+                              out from the q/k/v/output projections' weights), x <- x + W_2 LN^fc(act(W_1 LN(x)))
+                              (FFN), plain Pre-LN cross-attention, top = LN(x)
+ResiDual + Sandwich-LN:       g = LN^out(f(x^ln)); x^ln <- LN(x^ln + g); x^d <- x^d + s g;
+                              top = x^ln + LN(x^d)
 """
 
 import math
@@ -178,4 +184,102 @@ def dlcl(model, src_tokens, prev_tokens=None):
     return run_stacks(model, src_tokens, prev_tokens, dlcl_stack, dlcl_stack)
 
 
-REFERENCES = {"deepnet": deepnet, "b2t": b2t, "admin": admin, "tfixup": tfixup, "dlcl": dlcl}
+# --- Sandwich-LN ------------------------------------------------------------------------------
+
+
+def sandwich_stack(stack, blocks, x):
+    for layer, block in zip(stack.layers, blocks):
+        for name, f, ln in block:  # ln: the Pre-LN LayerNorm of the sub-layer's input
+            x = x + layer.sublayer_output_norms[name](f(ln(x)))
+    return final_norm(stack, x)
+
+
+def sandwich(model, src_tokens, prev_tokens=None):
+    return run_stacks(model, src_tokens, prev_tokens, sandwich_stack, sandwich_stack)
+
+
+# --- NormFormer -------------------------------------------------------------------------------
+
+
+def head_scaled_attention(attn, x, key_padding_mask, attn_mask=None):
+    """Concat(gamma_1 h_1, ..., gamma_H h_H) W^O + b^O, every head written out from the projections' weights
+    (the output projection's own weight, before the plugin's parametrisation)."""
+    t, b, e = x.shape
+    heads, dh = attn.num_heads, e // attn.num_heads
+
+    def split(proj):  # (B, H, T, dh)
+        return F.linear(x, proj.weight, proj.bias).reshape(t, b, heads, dh).permute(1, 2, 0, 3)
+
+    scores = split(attn.q_proj) @ split(attn.k_proj).transpose(-1, -2) / math.sqrt(dh)
+    if attn_mask is not None:
+        scores = scores + attn_mask
+    if key_padding_mask is not None:
+        scores = scores.masked_fill(key_padding_mask[:, None, None, :], float("-inf"))
+    h = scores.softmax(-1) @ split(attn.v_proj)
+    gamma = attn.out_proj.parametrizations.weight[0].gamma
+    concat = (h * gamma[None, :, None, None]).permute(2, 0, 1, 3).reshape(t, b, e)
+    return F.linear(concat, attn.out_proj.parametrizations.weight.original, attn.out_proj.bias)
+
+
+def normformer_sublayers(layer, self_pad, causal, enc_out=None, enc_pad=None):
+    def self_attn(x):
+        mask = causal_mask(x.size(0)) if causal else None
+        return layer.attn_ln(head_scaled_attention(layer.self_attn, x, self_pad, mask))
+
+    def cross_attn(x):
+        return layer.encoder_attn(query=x, key=enc_out, value=enc_out, key_padding_mask=enc_pad, static_kv=True)[0]
+
+    def ffn(x):
+        return layer.fc2(layer.ffn_layernorm(F.relu(layer.fc1(x))))
+
+    cross = [("encoder_attn", cross_attn, layer.encoder_attn_layer_norm)] if enc_out is not None else []
+    return [("self_attn", self_attn, layer.self_attn_layer_norm), *cross, ("ffn", ffn, layer.final_layer_norm)]
+
+
+def pre_ln_stack(stack, blocks, x):
+    for block in blocks:
+        for _, f, ln in block:
+            x = x + f(ln(x))
+    return final_norm(stack, x)
+
+
+def normformer(model, src_tokens, prev_tokens=None):
+    enc, dec = model.encoder, model.decoder
+    enc_pad = src_tokens.eq(enc.padding_idx)
+    blocks = [normformer_sublayers(layer, enc_pad, causal=False) for layer in enc.layers]
+    enc_out = pre_ln_stack(enc, blocks, source_embedding(enc, src_tokens))
+    if prev_tokens is None:
+        return enc_out, enc_pad, None
+    self_pad = prev_tokens.eq(dec.padding_idx)
+    blocks = [normformer_sublayers(layer, self_pad, True, enc_out, enc_pad) for layer in dec.layers]
+    y = pre_ln_stack(dec, blocks, target_embedding(dec, prev_tokens))
+    return enc_out, enc_pad, F.linear(y.transpose(0, 1), dec.embed_tokens.weight)
+
+
+# --- ResiDual with Sandwich-LN ----------------------------------------------------------------
+
+
+def residual_sandwich_stack(stack, blocks, x_ln, scale=1.0):
+    x_d = scale * x_ln
+    for layer, block in zip(stack.layers, blocks):
+        for name, f, ln in block:  # ln: the Post-LN LayerNorm closing the sub-layer
+            g = layer.sublayer_output_norms[name](f(x_ln))
+            x_d = x_d + scale * g
+            x_ln = ln(x_ln + g)
+    return x_ln + final_norm(stack, x_d)
+
+
+def residual_sandwich(model, src_tokens, prev_tokens=None):
+    return run_stacks(model, src_tokens, prev_tokens, residual_sandwich_stack, residual_sandwich_stack)
+
+
+REFERENCES = {
+    "deepnet": deepnet,
+    "b2t": b2t,
+    "admin": admin,
+    "tfixup": tfixup,
+    "dlcl": dlcl,
+    "sandwich": sandwich,
+    "normformer": normformer,
+    "residual-sandwich": residual_sandwich,
+}

@@ -19,13 +19,29 @@ from .b2t import B2T
 from .base import ResidualScheme
 from .deepnet import DeepNet
 from .dlcl import DLCL
+from .normformer import NormFormer
 from .post_ln import PostLN
 from .pre_ln import PreLN
 from .residual import ResiDual
+from .residual_sandwich import ResiDualSandwich
+from .sandwich import Sandwich
 from .tfixup import TFixup
 
 SCHEMES: Dict[str, ResidualScheme] = {
-    s.name: s for s in (PostLN(), PreLN(), ResiDual(), DeepNet(), B2T(), Admin(), TFixup(), DLCL())
+    s.name: s
+    for s in (
+        PostLN(),
+        PreLN(),
+        ResiDual(),
+        DeepNet(),
+        B2T(),
+        Admin(),
+        TFixup(),
+        DLCL(),
+        Sandwich(),
+        NormFormer(),
+        ResiDualSandwich(),
+    )
 }
 
 

@@ -174,7 +174,8 @@ def markdown(record: Dict) -> str:
         lines += [
             f"## {s['name']}: `{s['arch']}`, E{s['layers']}D{s['layers']}, vocabulary {s['vocab']}",
             "",
-            f"B = {x['B']} sentences, S = {x['S']}, T = {x['T']}, d = {x['d']}, N = {x['N']}, M = {x['M']}; "
+            f"B = {x['B']} sentences, S = {x['S']}, T = {x['T']}, d = {x['d']}, FFN F = {x['F']}, H = {x['H']} heads, "
+            f"N = {x['N']}, M = {x['M']}; "
             f"generation G = {x['G']} sentences, beam K = {x['K']}, L = {x['L']} tokens (L + 1 decoder steps).",
             "",
             table(

@@ -1,8 +1,8 @@
 """The work each scheme's equations add to the layer it is built from, as formulas (docs/performance.md).
 
-Symbols (``Shapes``): B sentences of S source and T target positions in a training batch, width d, N encoder
-and M decoder layers; G sentences in a generation batch, beam K, L tokens per hypothesis (the decoder runs
-L + 1 incremental steps of one position for G·K hypotheses). A stack call has n = length · batch · d
+Symbols (``Shapes``): B sentences of S source and T target positions in a training batch, width d, FFN width F,
+H heads, N encoder and M decoder layers; G sentences in a generation batch, beam K, L tokens per hypothesis (the
+decoder runs L + 1 incremental steps of one position for G·K hypotheses). A stack call has n = length · batch · d
 elements per hidden state, r = length · batch rows, s sub-layers (2 per encoder layer, 3 per decoder layer).
 
 A formula is the list of aten operations the scheme adds (or, negative, removes), each with the number of
@@ -28,6 +28,8 @@ class Shapes:
     S: int
     T: int
     d: int
+    F: int
+    H: int
     N: int
     M: int
     G: int
@@ -38,9 +40,20 @@ class Shapes:
     def of(cls, size: Size) -> "Shapes":
         from .steps import BEAM
 
-        d = model_args(size)["encoder_embed_dim"]
+        args = model_args(size)
+        d, ffn, heads = (args[f"encoder_{key}"] for key in ("embed_dim", "ffn_embed_dim", "attention_heads"))
         return cls(
-            size.batch, size.src_len, size.tgt_len, d, size.layers, size.layers, size.gen_batch, BEAM, size.gen_len
+            size.batch,
+            size.src_len,
+            size.tgt_len,
+            d,
+            ffn,
+            heads,
+            size.layers,
+            size.layers,
+            size.gen_batch,
+            BEAM,
+            size.gen_len,
         )
 
 
@@ -54,6 +67,8 @@ class StackCall:
     layers: int
     decoder: bool
     backward: bool
+    ffn: int = 0
+    heads: int = 0
 
     @property
     def rows(self) -> int:
@@ -112,14 +127,23 @@ class Work:
 
 
 # the elements an operation reads and writes
-def layer_norm_forward(c: StackCall) -> int:
-    """native_layer_norm: x (n), weight and bias (d) in; y (n), mean and 1/std (r) out."""
-    return 2 * c.n + 2 * c.d + 2 * c.rows
+def layer_norm_forward(c: StackCall, width: int = 0) -> int:
+    """native_layer_norm over rows of ``width`` (default d): x (n), weight and bias (d) in; y (n), mean and
+    1/std (r) out."""
+    d = width or c.d
+    return 2 * c.rows * d + 2 * d + 2 * c.rows
 
 
-def layer_norm_backward(c: StackCall) -> int:
+def layer_norm_backward(c: StackCall, width: int = 0) -> int:
     """native_layer_norm_backward: grad, x (n), mean, 1/std (r), weight, bias (d) in; grads of x, weight, bias out."""
-    return 3 * c.n + 2 * c.rows + 4 * c.d
+    d = width or c.d
+    return 3 * c.rows * d + 2 * c.rows + 4 * d
+
+
+def layer_norms(c: StackCall, count: int, width: int = 0) -> Work:
+    """``count`` LayerNorms over rows of ``width`` in each stack call, with their backward in training."""
+    work = Work().add("native_layer_norm", count, layer_norm_forward(c, width))
+    return work.add("native_layer_norm_backward", count * c.backward, layer_norm_backward(c, width))
 
 
 def adam(work: Work, parameters: int, numel: int) -> Work:
@@ -203,6 +227,24 @@ def dlcl(c: StackCall) -> Work:
     return work.add("add", layers * (layers + 1) // 2, 3 * n)
 
 
+def sandwich(c: StackCall) -> Work:
+    """Sandwich-LN over Pre-LN (and ResiDual-Sandwich over ResiDual): LN^out on every sub-layer's output."""
+    return layer_norms(c, c.sublayers)
+
+
+def normformer(c: StackCall) -> Work:
+    """NormFormer over Pre-LN, per layer: LN^attn (width d) and LN^fc (FFN width); the head scaling
+    W^O diag(gamma) of the self-attention's d x d output projection, computed at every call (a multiply reading
+    W^O and gamma), and in backward its two products (grad * gamma, grad * W^O) and the reduction to gamma."""
+    d2, heads = c.d * c.d, c.heads
+    work = layer_norms(c, c.layers)
+    work += layer_norms(c, c.layers, c.ffn)
+    work.add("mul", c.layers, 2 * d2 + heads)
+    if c.backward:
+        work.add("mul", c.layers, 2 * d2 + heads).add("mul", c.layers, 3 * d2).add("sum", c.layers, d2 + heads)
+    return work
+
+
 def plugin(c: StackCall) -> Work:
     """The plugin's layer loops over fairseq's (its ``pre`` / ``post`` against stock): the decoder makes its
     causal mask on every training call (``full`` and ``triu_`` of T x T; stock caches it on the module, which
@@ -226,6 +268,16 @@ def optimizer_tfixup(x: Shapes) -> Work:
     return adam(Work(), -2 * (2 * x.N + 3 * x.M), x.d)  # the LayerNorms' weights and biases
 
 
+def optimizer_sandwich(x: Shapes) -> Work:
+    return adam(Work(), 2 * (2 * x.N + 3 * x.M), x.d)  # LN^out's weight and bias of every sub-layer
+
+
+def optimizer_normformer(x: Shapes) -> Work:
+    layers = x.N + x.M
+    work = adam(Work(), layers, x.H)  # gamma
+    return adam(adam(work, 2 * layers, x.d), 2 * layers, x.F)  # LN^attn, LN^fc
+
+
 def optimizer_dlcl(x: Shapes) -> Work:
     work = adam(Work(), 2 * (x.N + x.M), x.d)  # LN_k of every layer
     for layers in (x.N, x.M):
@@ -241,6 +293,9 @@ FORMULAS: Dict[str, Tuple[str, Callable[[StackCall], Work], Callable[[Shapes], W
     "admin": ("post", admin, optimizer_admin),
     "tfixup": ("post", tfixup, optimizer_tfixup),
     "dlcl": ("pre", dlcl, optimizer_dlcl),
+    "sandwich": ("pre", sandwich, optimizer_sandwich),
+    "normformer": ("pre", normformer, optimizer_normformer),
+    "residual-sandwich": ("residual", sandwich, optimizer_sandwich),
     "pre": ("stock-pre", plugin, optimizer_residual),
     "post": ("stock-post", plugin, optimizer_residual),
 }
@@ -250,11 +305,11 @@ def stack_calls(x: Shapes, phase: str) -> Iterator[Tuple[StackCall, int]]:
     """(stack call, how many times) of a training step (each stack once, with backward) or of a generation
     (the encoder once, then L + 1 decoder steps of one position for G·K hypotheses)."""
     if phase == "train":
-        yield StackCall(x.S, x.B, x.d, x.N, decoder=False, backward=True), 1
-        yield StackCall(x.T, x.B, x.d, x.M, decoder=True, backward=True), 1
+        yield StackCall(x.S, x.B, x.d, x.N, False, True, x.F, x.H), 1
+        yield StackCall(x.T, x.B, x.d, x.M, True, True, x.F, x.H), 1
     else:
-        yield StackCall(x.S, x.G, x.d, x.N, decoder=False, backward=False), 1
-        yield StackCall(1, x.G * x.K, x.d, x.M, decoder=True, backward=False), x.L + 1
+        yield StackCall(x.S, x.G, x.d, x.N, False, False, x.F, x.H), 1
+        yield StackCall(1, x.G * x.K, x.d, x.M, True, False, x.F, x.H), x.L + 1
 
 
 def formula(scheme: str, size: Size, phase: str) -> Dict:

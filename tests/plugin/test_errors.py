@@ -30,7 +30,7 @@ def test_unknown_scheme_is_one_line_naming_the_choices(tmp_path):
     assert proc.returncode == 1 and proc.stdout == ""
     assert proc.stderr == (
         "error: unknown residual scheme 'residul'; choose one of: post, pre, residual, deepnet, b2t, admin, tfixup, "
-        "dlcl (--residual-scheme / model.residual_scheme)\n"
+        "dlcl, sandwich, normformer, residual-sandwich (--residual-scheme / model.residual_scheme)\n"
     )
 
 
@@ -42,7 +42,7 @@ def test_unknown_scheme_under_fairseq_hydra_train_is_the_same_one_line(demo_data
     proc = run_cli(["fairseq_cli.hydra_train", *config, *overrides], cwd=tmp_path, check=False)
     assert proc.returncode == 1 and proc.stderr.splitlines()[-1] == (
         "error: unknown residual scheme 'residul'; choose one of: post, pre, residual, deepnet, b2t, admin, tfixup, "
-        "dlcl (--residual-scheme / model.residual_scheme)"
+        "dlcl, sandwich, normformer, residual-sandwich (--residual-scheme / model.residual_scheme)"
     )
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
 

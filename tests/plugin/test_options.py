@@ -26,7 +26,8 @@ def test_every_preset_of_the_model_is_listed():
 
 def test_the_scheme_options_are_shown_with_their_help_and_default(capsys):
     text = help_text(capsys)
-    assert "--residual-scheme {post,pre,residual,deepnet,b2t,admin,tfixup,dlcl} how sub-layer outputs" in text
+    choices = "post,pre,residual,deepnet,b2t,admin,tfixup,dlcl,sandwich,normformer,residual-sandwich"
+    assert f"--residual-scheme {{{choices}}} how sub-layer outputs" in text
     assert "(default: residual)" in text
     assert "--dual-stream-scale DUAL_STREAM_SCALE ResiDual only:" in text
     assert "--encoder-embed-dim ENCODER_EMBED_DIM embedding dimension (default: 512)" in text

@@ -1,9 +1,10 @@
-"""DeepNet, B2T, Admin, T-Fixup and DLCL compute exactly their papers' equations.
+"""DeepNet, B2T, Admin, T-Fixup, DLCL, Sandwich-LN, NormFormer and ResiDual with Sandwich-LN compute exactly
+their papers' equations.
 
 Each model is compared with the independent reference of ``reference_baselines.py`` on a
 padded batch, for encoder and decoder depths that differ (the depth-derived constants of
-DeepNet and T-Fixup use both). Learned mixing quantities (Admin's omega, DLCL's W) are set
-to random values first, so that the comparison covers which value goes where.
+DeepNet and T-Fixup use both). Learned mixing quantities (Admin's omega, DLCL's W; the LayerNorms and head
+scales of the last three) are set to random values first, so that the comparison covers which value goes where.
 """
 
 import pytest
@@ -13,6 +14,9 @@ from reference_baselines import REFERENCES
 
 from fairseq_residual.schemes import b2t as b2t_scheme
 from fairseq_residual.schemes import dlcl as dlcl_scheme
+from fairseq_residual.schemes import normformer as normformer_scheme
+from fairseq_residual.schemes import residual_sandwich as residual_sandwich_scheme
+from fairseq_residual.schemes import sandwich as sandwich_scheme
 
 TOL = 1e-5
 DEPTHS = [(1, 1), (2, 3), (6, 4)]  # (encoder layers, decoder layers)
@@ -106,3 +110,28 @@ def test_equation_check_fails_without_admin_omega():
                 b.fill_(1.0)
         logits = model(src, src_lengths, prev)[0]
     assert (logits - ref_logits).abs().max() > 100 * TOL
+
+
+def test_equation_check_fails_without_the_sandwich_output_norms(monkeypatch):
+    def pre_ln_sum(self, sublayer, x, residual, block_input, stream):
+        return residual + x, stream
+
+    monkeypatch.setattr(sandwich_scheme.SandwichNormLayer, "residual_sum", pre_ln_sum)
+    assert max_mismatch("sandwich") > 100 * TOL
+
+
+def test_equation_check_tells_the_papers_head_scaling_from_scaling_the_projected_output(monkeypatch):
+    # fairseq's --scale-heads scales the d_h-wide slices of the output after W^O: rows of W^O, not its columns
+    def after_output_projection(self, weight):
+        return weight.unflatten(0, (-1, self.head_dim)).mul(self.gamma[:, None, None]).flatten(0, 1)
+
+    monkeypatch.setattr(normformer_scheme.HeadScale, "forward", after_output_projection)
+    assert max_mismatch("normformer") > 100 * TOL
+
+
+def test_equation_check_fails_when_the_dual_path_receives_the_unnormalised_output(monkeypatch):
+    def raw_output_to_dual(self, sublayer, x, residual, block_input, x_dual):
+        return residual + self.sublayer_output_norms[sublayer](x), x_dual + x
+
+    monkeypatch.setattr(residual_sandwich_scheme.ResiDualSandwichLayer, "residual_sum", raw_output_to_dual)
+    assert max_mismatch("residual-sandwich") > 100 * TOL
