@@ -3,9 +3,8 @@
 For every registered scheme, depth and seed (at initialisation, or for trained checkpoints), one
 forward and backward pass of the token-level cross-entropy (mean over target tokens, no label
 smoothing, dropout off) on a fixed batch of real sentences measures, per encoder and decoder
-block k = 1..N (a fairseq layer):
-(``--task language_modeling``: a ``residual_transformer_lm``, decoder blocks only, its next-token loss
-on the first lines of a ``--only-source`` data-bin):
+block k = 1..N (a fairseq layer; with ``--task language_modeling``, per block of a
+``residual_transformer_lm``'s decoder, on the first lines of an ``--only-source`` data-bin):
 
 * ``grad_norm[k]`` = ||dL/dw_k||, the L2 norm of the gradient of all parameters of layer k
   (attention, FFN and the layer's own LayerNorms). Theorem 3.1 / Eq. 4-5: Post-LN's decays toward
@@ -45,7 +44,7 @@ import torch.nn.functional as F
 
 from fairseq_residual.schemes.base import stack_layers
 
-from ..errors import ConfigError
+from ..errors import ConfigError, exit_on_user_error
 from ..files import write_text
 from ..markdown import table
 from ..provenance import ROOT, describe, provenance
@@ -433,3 +432,7 @@ def main(argv=None):
     write_outputs(record, out)
     print(f"wrote {out / 'probes.json'}, README.md and plots in {out} ({record['wall_seconds']:.0f} s)")
     return summary
+
+
+if __name__ == "__main__":
+    sys.exit(exit_on_user_error(main))
