@@ -39,7 +39,8 @@ def test_pre_ln_language_model_block_inputs_collapse_and_its_gradient_grows_towa
     # 0.589 / 0.726 / 0.627 (ratio 0.21-0.25; threshold 0.5), top-pair cosine Pre-LN 0.987-0.990,
     # Post-LN 0.74-0.83. Gradient of block 1 over block 48: Pre-LN 2.51 / 3.55 / 2.99, Post-LN
     # 0.45 / 0.33 / 0.25 (Pre-LN's is 5.6-12x Post-LN's; threshold 2.5x). Unlike the translation
-    # decoder, Post-LN's LM gradient does not vanish here (0.19-2.0 at N = 24-48, widths 16 and 32).
+    # decoder, Post-LN's LM gradient does not vanish here (0.19-2.0 at N = 24-48, widths 16 and 32;
+    # 2.9 ± 1.8 at width 64, N = 48): the gradient comparison is asserted at width 32 only.
     pre, post = deep[("pre", seed)], deep[("post", seed)]
     assert pre["rel_diff"][-1] < 0.5 * post["rel_diff"][-1]
     assert pre["cosine"][-1] > post["cosine"][-1]
