@@ -83,9 +83,11 @@ def plot_profiles(summary, metric, path):
     dashed/dotted: predicted shapes fitted to that scheme's curve (see ``REFERENCES``)."""
     schemes = list(summary)
     depths = sorted({int(d) for s in summary.values() for d in s})
+    stacks = probes.stacks_of(next(iter(summary[schemes[0]].values())))
     colors = scheme_colors(schemes)
-    fig, axes = plt.subplots(2, len(depths), figsize=(4.2 * len(depths), 7.5), squeeze=False, layout="constrained")
-    for ax, (side, depth) in zip(axes.flat, itertools.product(probes.STACKS, depths)):
+    size = (4.2 * len(depths), 3.75 * len(stacks))
+    fig, axes = plt.subplots(len(stacks), len(depths), figsize=size, squeeze=False, layout="constrained")
+    for ax, (side, depth) in zip(axes.flat, itertools.product(stacks, depths)):
         for scheme in schemes:
             cell = summary[scheme].get(str(depth))
             if not cell:
@@ -117,8 +119,9 @@ def plot_versus_depth(runs, path):
         ("grad_norm", lambda v: v[0] / v[-1], "gradient norm, block 1 / block N"),
         ("rel_diff", lambda v: v[-1], "||x^ln_N - x^ln_{N-1}|| / ||x^ln_{N-1}||"),
     )
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5), squeeze=False, layout="constrained")
-    for ax, ((metric, value, label), side) in zip(axes.flat, itertools.product(quantities, probes.STACKS)):
+    stacks = probes.stacks_of(runs[0])
+    fig, axes = plt.subplots(2, len(stacks), figsize=(5 * len(stacks), 7.5), squeeze=False, layout="constrained")
+    for ax, ((metric, value, label), side) in zip(axes.flat, itertools.product(quantities, stacks)):
         for scheme in schemes:
             depths = sorted({r["layers"] for r in runs if r["scheme"] == scheme})
             stats = []

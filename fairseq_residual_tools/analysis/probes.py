@@ -3,7 +3,8 @@
 For every registered scheme, depth and seed (at initialisation, or for trained checkpoints), one
 forward and backward pass of the token-level cross-entropy (mean over target tokens, no label
 smoothing, dropout off) on a fixed batch of real sentences measures, per encoder and decoder
-block k = 1..N (a fairseq layer):
+block k = 1..N (a fairseq layer; with ``--task language_modeling``, per block of a
+``residual_transformer_lm``'s decoder, on the first lines of an ``--only-source`` data-bin):
 
 * ``grad_norm[k]`` = ||dL/dw_k||, the L2 norm of the gradient of all parameters of layer k
   (attention, FFN and the layer's own LayerNorms). Theorem 3.1 / Eq. 4-5: Post-LN's decays toward
@@ -43,20 +44,37 @@ import torch.nn.functional as F
 
 from fairseq_residual.schemes.base import stack_layers
 
+from ..errors import ConfigError, exit_on_user_error
 from ..files import write_text
 from ..markdown import table
 from ..provenance import ROOT, describe, provenance
 
 STACKS = ("encoder", "decoder")
+TASKS = ("translation", "language_modeling")
+LM_DICTIONARY = "dict.txt"  # what fairseq-preprocess --only-source writes, and language_modeling reads
 
 
-def translation_task(databin):
-    """fairseq's translation task on a data-bin, configured as ``fairseq-generate DATA_BIN`` would be."""
+def stacks_of(run: Dict) -> List[str]:
+    """The stacks a run (or summary cell) measured: both for translation, the decoder for a language model."""
+    return [side for side in STACKS if side in run]
+
+
+def fairseq_task(databin, task="translation"):
+    """fairseq's task on a data-bin, configured as ``fairseq-generate DATA_BIN`` would be; a language model's
+    samples are single lines (``--sample-break-mode eos``), as the translation task's are sentence pairs."""
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
-    parser = options.get_generation_parser(default_task="translation")
-    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, [str(databin)]))
+    argv = [str(databin)]
+    if task == "language_modeling":
+        if not (Path(databin) / LM_DICTIONARY).is_file():
+            raise ConfigError(
+                f"--data {databin} is not a language-modeling data-bin (no {LM_DICTIONARY}): binarise text with "
+                "data-prep/prepare-monolingual.sh (fairseq-preprocess --only-source), or drop --task language_modeling"
+            )
+        argv += ["--sample-break-mode", "eos"]
+    parser = options.get_generation_parser(default_task=task)
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, argv))
     return tasks.setup_task(cfg.task)
 
 
@@ -68,17 +86,30 @@ def load_batch(task, split="valid", sentences=64) -> Dict:
 
 
 def build_at_init(task, scheme: str, layers: int, dim: int, heads: int, ffn: int, seed: int):
-    """A freshly initialised residual_transformer (dropout off, shared embeddings if possible)."""
+    """A freshly initialised residual_transformer, or residual_transformer_lm for a language_modeling task
+    (dropout off, shared embeddings if possible: the LM's input and output embeddings are always shared)."""
+    from fairseq.tasks.language_modeling import LanguageModelingTask
+
     from fairseq_residual.config import ResidualTransformerConfig
+    from fairseq_residual.language_model import ResidualTransformerLanguageModel, ResidualTransformerLanguageModelConfig
     from fairseq_residual.model import ResidualTransformerModel
 
     overrides = dict(residual_scheme=scheme, dropout=0.0, attention_dropout=0.0, activation_dropout=0.0)
-    overrides["share_all_embeddings"] = task.source_dictionary == task.target_dictionary
     sizes = {"layers": layers, "embed_dim": dim, "ffn_embed_dim": ffn, "attention_heads": heads}
-    overrides.update({f"{side}_{key}": value for side in STACKS for key, value in sizes.items()})
+    model: Any = ResidualTransformerModel
+    config: Any = ResidualTransformerConfig()
+    sides = list(STACKS)
+    if isinstance(task, LanguageModelingTask):
+        model, config, sides = ResidualTransformerLanguageModel, ResidualTransformerLanguageModelConfig(), ["decoder"]
+        sizes.update(input_dim=dim, output_dim=dim)
+        overrides.update(share_decoder_input_output_embed=True, tpu=False)
+        read_from_task = ("add_bos_token", "tokens_per_sample", "max_target_positions")  # transformer_lm's II(...)
+        overrides.update({key: getattr(task.args, key) for key in read_from_task})
+    else:
+        overrides["share_all_embeddings"] = task.source_dictionary == task.target_dictionary
+    overrides.update({f"{side}_{key}": value for side in sides for key, value in sizes.items()})
     torch.manual_seed(seed)
-    cfg = dataclasses.replace(ResidualTransformerConfig(), **overrides)
-    return ResidualTransformerModel.build_model(cfg, task).eval()
+    return model.build_model(dataclasses.replace(config, **overrides), task).eval()
 
 
 def _capture_sublayer_inputs(layers, store: List):
@@ -111,7 +142,7 @@ def adjacent_diversity(inputs: List[torch.Tensor]) -> Dict[str, List[float]]:
 def probe(model, sample: Dict) -> Dict:
     """Gradient and diversity measurements of one model on one fairseq sample (see module docstring)."""
     net, pad = sample["net_input"], model.decoder.padding_idx
-    stacks = {side: stack_layers(getattr(model, side)) for side in STACKS}
+    stacks = {side: stack_layers(getattr(model, side)) for side in STACKS if hasattr(model, side)}
     captured: Dict[str, List[Any]] = {side: [None] * len(layers) for side, layers in stacks.items()}
     hooks = [h for side, layers in stacks.items() for h in _capture_sublayer_inputs(layers, captured[side])]
     model.zero_grad(set_to_none=True)
@@ -120,7 +151,8 @@ def probe(model, sample: Dict) -> Dict:
         h.remove()
     loss = F.cross_entropy(logits.flatten(0, 1).float(), sample["target"].flatten(), ignore_index=pad)
     loss.backward()
-    keep = {"encoder": net["src_tokens"].ne(pad), "decoder": net["prev_output_tokens"].ne(pad)}
+    # the tokens each stack reads; a language model's decoder reads src_tokens
+    keep = {"encoder": net["src_tokens"].ne(pad), "decoder": net.get("prev_output_tokens", net["src_tokens"]).ne(pad)}
     out: Dict[str, Any] = {"loss": loss.item()}
     for side, layers in stacks.items():
         inputs = [x.transpose(0, 1)[keep[side]] for x in captured[side]]  # T x B x C -> tokens x C
@@ -181,7 +213,7 @@ def aggregate(runs: List[Dict]) -> Dict:
                 "seeds": [r["seed"] for r in group],
                 "loss": statistics.fmean(r["loss"] for r in group),
             }
-            for side in STACKS:
+            for side in stacks_of(group[0]):
                 per_seed = {metric: np.array([r[side][metric] for r in group]) for metric in group[0][side]}
                 stats: Dict[str, Any] = {
                     m: {"mean": v.mean(0).tolist(), "std": v.std(0).tolist()} for m, v in per_seed.items()
@@ -198,7 +230,7 @@ def aggregate(runs: List[Dict]) -> Dict:
 
 def _depth_table(runs: List[Dict], value: Callable[[Dict], float], fmt: str) -> str:
     """Rows scheme, columns 'stack N' with mean ± std over seeds of value(run[stack])."""
-    columns = [(side, d) for side in STACKS for d in sorted({r["layers"] for r in runs})]
+    columns = [(side, d) for side in stacks_of(runs[0]) for d in sorted({r["layers"] for r in runs})]
 
     def cell(scheme: str, side: str, depth: int) -> str:
         values = [value(r[side]) for r in runs if (r["scheme"], r["layers"]) == (scheme, depth)]
@@ -217,7 +249,7 @@ def _fit_table(summary: Dict) -> str:
     rows = []
     for scheme, by_depth in summary.items():
         depth = max(by_depth, key=int)
-        for side in STACKS:
+        for side in stacks_of(by_depth[depth]):
             fit = by_depth[depth][side].get("fits")
             if not fit:
                 continue
@@ -234,14 +266,18 @@ def probe_readme(record: Dict, out: Path) -> str:
     fresh = f"fresh models (width {s['dim']}, FFN {s['ffn']}, {s['heads']} heads, dropout off, shared embeddings)"
     fresh += f", initialisation seeds {', '.join(map(str, s['seeds']))}"
     source = "checkpoints " + ", ".join(s["checkpoint"]) if s.get("checkpoint") else fresh
-    return f"""# Probes of the paper's claims at initialisation
+    # records written before --task existed are translation ones
+    language_model = s.get("task") == "language_modeling"
+    title = ", language model (residual_transformer_lm)" if language_model else ""
+    sentences = "lines" if language_model else "sentence pairs"
+    return f"""# Probes of the paper's claims at initialisation{title}
 
 {reading}
 
 ## What is measured
 
-{source}; one batch: the first {s["sentences"]} sentence pairs of the `{s["split"]}` split of
-`{record["data"]}`; loss: token-level cross-entropy (mean over target tokens). Per encoder/decoder
+{source}; one batch: the first {s["sentences"]} {sentences} of the `{s["split"]}` split of
+`{record["data"]}`; loss: token-level cross-entropy (mean over target tokens). Per {"/".join(stacks_of(runs[0]))}
 block k (a fairseq layer): the L2 norm of the gradient of all its parameters, and for adjacent
 blocks the relative difference ||x^ln_(k+1) - x^ln_k|| / ||x^ln_k|| and the cosine similarity
 of their inputs, per token (padding excluded) and averaged. x^ln_k is what block k hands its
@@ -308,19 +344,26 @@ def parse_args(argv=None):
     p.add_argument("--dim", type=int, default=64)
     p.add_argument("--heads", type=int, default=4)
     p.add_argument("--ffn", type=int, default=256)
+    p.add_argument("--task", choices=TASKS, default="translation", help="language_modeling: residual_transformer_lm")
     p.add_argument("--checkpoint", nargs="+", help="probe these trained checkpoints instead of fresh models")
-    p.add_argument("--data", help="fairseq data-bin for the batch (default: the embedded corpus, prepared in --work)")
+    p.add_argument(
+        "--data",
+        help="fairseq data-bin for the batch (default: the embedded corpus, prepared in --work; for "
+        "language_modeling its target side, binarised with --only-source)",
+    )
     p.add_argument("--split", default="valid")
-    p.add_argument("--sentences", type=int, default=64, help="sentence pairs in the probe batch")
+    p.add_argument("--sentences", type=int, default=64, help="sentence pairs (LM: lines) in the probe batch")
     p.add_argument("--work", default=str(ROOT / "work" / "probes"))
-    p.add_argument("--out", default=str(ROOT / "results" / "probes"))
+    p.add_argument("--out", help="default: results/probes, results/probes-lm for language_modeling")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared CPU)")
     p.add_argument("--replot", action="store_true", help="only redraw the plots and README from --out/probes.json")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    args.out = args.out or str(ROOT / "results" / ("probes-lm" if args.task == "language_modeling" else "probes"))
+    return args
 
 
 def probe_fresh_models(data, args) -> List[Dict]:
-    task = translation_task(data)
+    task = fairseq_task(data, args.task)
     batch = load_batch(task, args.split, args.sentences)
     runs = []
     for scheme, layers, seed in itertools.product(args.schemes, args.depths, args.seeds):
@@ -343,7 +386,8 @@ def probe_checkpoints(data, args) -> List[Dict]:
         overrides = {"data": str(data)} if data else None
         (model,), _cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides=overrides)
         model.eval()
-        run = dict(scheme=model.residual_scheme, layers=len(model.encoder.layers), seed=i, checkpoint=str(path))
+        layers = len(getattr(model, "encoder", model.decoder).layers)  # a language model has no encoder
+        run = dict(scheme=model.residual_scheme, layers=layers, seed=i, checkpoint=str(path))
         runs.append({**run, **probe(model, load_batch(task, args.split, args.sentences))})
     return runs
 
@@ -370,9 +414,10 @@ def main(argv=None):
     started = time.time()
     data = args.data
     if data is None and not args.checkpoint:
-        from ..demo.prepare import prepare_demo_data
+        from ..demo.prepare import language_model_databin, prepare_demo_data
 
-        data = prepare_demo_data(Path(args.work) / "data").databin
+        demo = prepare_demo_data(Path(args.work) / "data")
+        data = language_model_databin(demo) if args.task == "language_modeling" else demo.databin
     runs = probe_checkpoints(data, args) if args.checkpoint else probe_fresh_models(data, args)
     summary = aggregate(runs)
     record = dict(
@@ -387,3 +432,7 @@ def main(argv=None):
     write_outputs(record, out)
     print(f"wrote {out / 'probes.json'}, README.md and plots in {out} ({record['wall_seconds']:.0f} s)")
     return summary
+
+
+if __name__ == "__main__":
+    sys.exit(exit_on_user_error(main))

@@ -20,7 +20,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def task_and_batch(demo_databin):
-    task = probes.translation_task(demo_databin.databin)
+    task = probes.fairseq_task(demo_databin.databin)
     return task, probes.load_batch(task, "valid", sentences=16)
 
 
