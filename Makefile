@@ -4,6 +4,7 @@
 # make lint    -- ruff (lint + format check) over the repository, mypy (check_untyped_defs) on the plugin and the tools
 # make demo    -- same environment, then train Post-LN / Pre-LN / ResiDual on the embedded corpus (report: work/demo/)
 # make demo-results -- the same, written into the committed results/demo/ and the README's table (after a plugin change)
+# make lm-cpu-results -- every scheme as a small language model on the Python manual's text -> results/lm-cpu/
 # make bench   -- same environment, then the side-by-side speed / memory benchmark and the counted work
 # make gpu-bundle -- wheels for an offline GPU node (CPython 3.12, torch 2.11) -> gpu-bundle/ (docs/install.md);
 #                 needs a Python 3.12 and PyPI, builds in work/gpu-bundle/ (~4.7 GB, once), not part of make test
@@ -14,7 +15,7 @@ PIP    := $(BIN)/pip install --disable-pip-version-check
 # the install is redone only when pyproject.toml, setup.py, constraints.txt or quiet.py (the .pth line) changes
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install test lint demo demo-results bench gpu-bundle constraints clean-venv
+.PHONY: install test lint demo demo-results lm-cpu-results bench gpu-bundle constraints clean-venv
 
 install: $(STAMP)
 
@@ -47,6 +48,10 @@ demo: $(STAMP)
 
 demo-results: $(STAMP)
 	$(BIN)/python -m fairseq_residual_tools.demo.run --update-results
+
+# every registered scheme at 6 and 12 layers, 2 seeds, 150 updates (~25 min on 2 cores; resumable, exact reuse)
+lm-cpu-results: $(STAMP)
+	nice -n 5 $(BIN)/python -m fairseq_residual_tools.analysis.lm_study
 
 # throughput / memory of every scheme vs fairseq's stock transformer -> results/bench/ (< 15 min);
 # glibc malloc keeps freed memory in the measuring processes, as PyTorch's allocator does on a GPU;

@@ -1,8 +1,10 @@
-"""The fairseq runs of the small CPU trainings (demo and CPU study): ``fairseq-train`` of a small
-``residual_transformer`` on CPU, and its test set decoded with ``fairseq-generate`` and scored with sacrebleu.
+"""The fairseq runs of the small CPU trainings (demo and CPU studies): ``fairseq-train`` of a small
+``residual_transformer`` on CPU, and its test set decoded with ``fairseq-generate`` and scored with sacrebleu;
+``fairseq-train`` of a small ``residual_transformer_lm`` and its test perplexity from ``fairseq-eval-lm``.
 """
 
 import os
+import re
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -12,6 +14,29 @@ from .training_log import read_log
 #: one torch thread unless OMP_NUM_THREADS says otherwise (on a shared 2-core machine torch's default of a thread
 #: per core spin-waits against the other jobs: an E12D12 update measured 13x slower with 2 threads); no warnings
 RUN_ENV = {"PYTHONWARNINGS": "ignore", "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")}
+
+
+def _optimisation(lr: float, warmup: int, warmup_init_lr: float) -> List[object]:
+    """Adam and inverse_sqrt: the optimiser options of every small CPU training."""
+    return [
+        *("--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", lr),
+        *("--lr-scheduler", "inverse_sqrt", "--warmup-updates", warmup, "--warmup-init-lr", warmup_init_lr),
+    ]
+
+
+def _run_control(
+    save_dir: Path, max_tokens: int, max_update: int, validate_every: int, seed: int, log_interval: int
+) -> List[object]:
+    """Batch size, length, checkpoints (the last one and the best), CPU, JSON logs to ``save_dir/train.log`` and
+    TensorBoard curves to ``save_dir/tensorboard``."""
+    return [
+        *("--max-tokens", max_tokens, "--max-update", max_update),
+        *("--validate-interval-updates", validate_every, "--save-interval-updates", validate_every),
+        *("--keep-interval-updates", "1", "--no-epoch-checkpoints", "--seed", seed),
+        *("--cpu", "--num-workers", "0", "--log-format", "json", "--log-interval", log_interval),
+        *("--save-dir", save_dir, "--log-file", save_dir / "train.log"),
+        *("--tensorboard-logdir", save_dir / "tensorboard"),
+    ]
 
 
 def train_command(
@@ -33,7 +58,6 @@ def train_command(
     """fairseq-train of an E{layers}D{layers} model of width ``dim`` (FFN 4 x dim, 4 heads); ``warmup_init_lr`` =
     ``lr`` keeps inverse_sqrt's schedule but starts at the peak (no warmup). It logs JSON records to
     ``save_dir/train.log`` and curves for TensorBoard to ``save_dir/tensorboard``."""
-    save_dir = Path(save_dir)
     return fairseq_command(
         "train",
         databin,
@@ -42,22 +66,76 @@ def train_command(
         *("--encoder-embed-dim", dim, "--decoder-embed-dim", dim),
         *("--encoder-ffn-embed-dim", 4 * dim, "--decoder-ffn-embed-dim", 4 * dim),
         *("--share-all-embeddings", "--dropout", "0.1"),
-        *("--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", lr),
-        *("--lr-scheduler", "inverse_sqrt", "--warmup-updates", warmup, "--warmup-init-lr", warmup_init_lr),
+        *_optimisation(lr, warmup, warmup_init_lr),
         *("--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"),
-        *("--max-tokens", max_tokens, "--max-update", max_update),
-        *("--validate-interval-updates", validate_every, "--save-interval-updates", validate_every),
-        *("--keep-interval-updates", "1", "--no-epoch-checkpoints", "--seed", seed),
-        *("--cpu", "--num-workers", "0", "--log-format", "json", "--log-interval", log_interval),
-        *(
-            "--save-dir",
-            save_dir,
-            "--log-file",
-            save_dir / "train.log",
-            "--tensorboard-logdir",
-            save_dir / "tensorboard",
-        ),
+        *_run_control(Path(save_dir), max_tokens, max_update, validate_every, seed, log_interval),
     )
+
+
+#: how the LM trainings and their evaluation cut the token stream: blocks of this many tokens, across lines
+LM_BLOCKS = ("--sample-break-mode", "none", "--tokens-per-sample", "128")
+
+
+def lm_train_command(
+    databin,
+    save_dir,
+    *,
+    scheme: str,
+    layers: int,
+    dim: int,
+    lr: float,
+    warmup: int,
+    max_tokens: int,
+    max_update: int,
+    validate_every: int,
+    seed: int,
+    log_interval: int = 50,
+) -> List[str]:
+    """fairseq-train of a ``residual_transformer_lm`` of ``layers`` layers, width ``dim`` (FFN 4 x dim, 4 heads),
+    input and output embeddings shared, on ``LM_BLOCKS``; plain cross-entropy (base 2 in the logs)."""
+    return fairseq_command(
+        "train",
+        databin,
+        *("--task", "language_modeling", *LM_BLOCKS),
+        *("--user-dir", PLUGIN_DIR, "--arch", "residual_transformer_lm", "--residual-scheme", scheme),
+        *("--decoder-layers", layers, "--decoder-attention-heads", 4),
+        *("--decoder-embed-dim", dim, "--decoder-input-dim", dim, "--decoder-output-dim", dim),
+        *("--decoder-ffn-embed-dim", 4 * dim, "--share-decoder-input-output-embed", "--dropout", "0.1"),
+        *_optimisation(lr, warmup, 1e-7),
+        *("--criterion", "cross_entropy"),
+        *_run_control(Path(save_dir), max_tokens, max_update, validate_every, seed, log_interval),
+    )
+
+
+def eval_lm_command(databin, save_dir: Path, subset: str = "test") -> List[str]:
+    """fairseq-eval-lm of ``save_dir``'s last checkpoint on ``subset``, cut as in training (``LM_BLOCKS``)."""
+    return fairseq_command(
+        "eval_lm",
+        databin,
+        *("--user-dir", PLUGIN_DIR, "--path", Path(save_dir) / "checkpoint_last.pt", "--gen-subset", subset),
+        *LM_BLOCKS,
+        *("--max-tokens", "4096", "--cpu", "--num-workers", "0"),
+    )
+
+
+#: fairseq-eval-lm's result line
+EVAL_LM_RESULT = re.compile(r"Loss \(base 2\): ([0-9.]+|nan|inf), Perplexity: ([0-9.]+|nan|inf)")
+
+
+def score_lm_test_set(databin, save_dir: Path, label: str) -> Dict:
+    """Evaluate ``save_dir``'s last checkpoint on the test split with fairseq-eval-lm: the result fields
+    ``test_loss`` (base 2, per token), ``test_ppl`` and ``eval_command``; failure raises RunError."""
+    save_dir = Path(save_dir)
+    cmd = eval_lm_command(databin, save_dir)
+    out = save_dir / "eval-lm.out"
+    if out.exists():
+        out.unlink()  # one evaluation's output, not appended attempts
+    run_logged(cmd, out, env=RUN_ENV, label=f"{label}: fairseq-eval-lm")
+    found = EVAL_LM_RESULT.findall(out.read_text(encoding="utf-8"))
+    if not found:
+        raise RunError(f"{label}: fairseq-eval-lm", 0, "printed no perplexity", out)
+    loss, ppl = found[-1]
+    return dict(test_loss=float(loss), test_ppl=float(ppl), eval_command=" ".join(map(str, cmd[2:])))
 
 
 def run_training(cmd: Sequence[str], out_file: Path, label: str, on_line: Optional[Callable[[str], None]] = None):

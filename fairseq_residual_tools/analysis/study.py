@@ -99,7 +99,7 @@ def run_one(spec: RunSpec, data, refs, settings, runs_dir: Path) -> Dict:
 
 
 def format_cell(runs: List[Dict], key: str, digits: int) -> str:
-    """``mean ± half-range`` over the seeds that trained; ``fails`` when every seed failed."""
+    """``mean ± half-range`` over the seeds that trained (one seed: its value); ``fails`` when every seed failed."""
     if not runs:
         return "not run"
     ok = [r[key] for r in runs if not r["fails"] and r[key] is not None]
@@ -107,7 +107,7 @@ def format_cell(runs: List[Dict], key: str, digits: int) -> str:
     if not ok:
         return f"fails ({failed}/{len(runs)})"
     half = (max(ok) - min(ok)) / 2  # with two seeds, half the range is the distance to either seed
-    cell = f"{statistics.mean(ok):.{digits}f} ± {half:.{digits}f}"
+    cell = f"{statistics.mean(ok):.{digits}f}" + (f" ± {half:.{digits}f}" if len(ok) > 1 else "")
     return cell + (f" ({failed}/{len(runs)} fail)" if failed else "")
 
 

@@ -1,0 +1,112 @@
+"""The LM CPU study (analysis/lm_study.py) and its text (dataprep/pydoc_text.py): the split rule, a reduced study
+end to end through fairseq-train and fairseq-eval-lm, exact reuse, and its errors."""
+
+import json
+import math
+
+import pytest
+
+from fairseq_residual.schemes import SCHEMES
+from fairseq_residual_tools.analysis import lm_study
+from fairseq_residual_tools.dataprep import pydoc_text
+from fairseq_residual_tools.errors import DataError
+
+#: two schemes, one depth, a tiny width, 16 updates on the manual's first 200 paragraphs: the pipeline only
+REDUCED = ["--schemes", "post", "residual", "--depths", "2", "--seeds", "1", "--dim", "16", "--max-update", "16"]
+REDUCED += ["--warmup", "4", "--lr", "5e-3", "--validate-every", "8", "--log-interval", "2"]
+REDUCED += ["--paragraphs", "200", "--bpe-merges", "100"]
+
+
+def test_paragraph_j_goes_to_valid_at_18_and_test_at_19_of_every_20(tmp_path):
+    topics = {"b": "\n\n".join(f"b{j}  line\n  two" for j in range(30)), "a": "\n\n".join(f"a{j}" for j in range(12))}
+    record = pydoc_text.write_text_files(tmp_path, topics=topics)
+    # topic a first (sorted names), each paragraph's lines joined by single spaces
+    order = [f"a{j}" for j in range(12)] + [f"b{j} line two" for j in range(30)]
+    lines = {s: (tmp_path / f"{s}.txt").read_text().splitlines() for s in pydoc_text.SPLITS}
+    assert lines["valid"] == [order[18], order[38]] and lines["test"] == [order[19], order[39]]
+    assert lines["train"] == [p for j, p in enumerate(order) if j % 20 < 18]
+    assert record["lines"] == {"train": 38, "valid": 2, "test": 2} and record["paragraphs"] == 42
+    assert json.loads((tmp_path / "record.json").read_text())["sha256"] == record["sha256"]
+    with pytest.raises(DataError, match="--paragraphs 5 leaves a split empty"):
+        pydoc_text.write_text_files(tmp_path, limit=5, topics=topics)
+
+
+def test_the_default_text_is_the_installed_pythons_manual(tmp_path):
+    from pydoc_data.topics import topics
+
+    record = pydoc_text.write_text_files(tmp_path, limit=40)
+    first = " ".join(topics[sorted(topics)[0]].split("\n\n")[0].split())
+    assert (tmp_path / "train.txt").read_text().splitlines()[0] == first
+    assert record["lines"] == {"train": 36, "valid": 2, "test": 2}
+
+
+@pytest.fixture(scope="module")
+def reduced(tmp_path_factory):
+    work, out = tmp_path_factory.mktemp("lm-work"), tmp_path_factory.mktemp("lm-out")
+    argv = REDUCED + ["--work", str(work), "--out", str(out)]
+    return argv, work, out, lm_study.study(argv)
+
+
+@pytest.mark.slow
+def test_a_reduced_study_trains_scores_and_reports_each_scheme(reduced):
+    argv, work, out, results = reduced
+    assert [(r["scheme"], r["layers"], r["seed"]) for r in results] == [("post", 2, 1), ("residual", 2, 1)]
+    for r in results:
+        assert r["fails"] is None and r["train_curve"][-1][0] == 16
+        assert r["test_ppl"] == pytest.approx(2 ** r["test_loss"], rel=1e-3)  # eval-lm's loss is base 2
+        assert 10 < r["test_ppl"] < 1000  # learned something of a few hundred BPE types, not uniform
+        assert (
+            "--task language_modeling" in r["train_command"]
+            and "--residual-scheme " + r["scheme"] in r["train_command"]
+        )
+    readme = (out / "README.md").read_text()
+    assert (
+        "not a paper figure" in readme
+        and "python -m fairseq_residual_tools.analysis.lm_study " + " ".join(argv) in readme
+    )
+    ppl_rows = [line for line in readme.split("## Final validation loss")[0].splitlines() if line.startswith("| post")]
+    assert len(ppl_rows) == 1 and f"| {results[0]['test_ppl']:.1f} " in ppl_rows[0]  # one seed: no "± 0.0"
+    record = json.loads((out / "results.json").read_text())
+    assert record["data"]["paragraphs"] == 200 and len(record["data"]["sha256_bin"]) == 64
+
+
+@pytest.mark.slow
+def test_a_rerun_trains_nothing_and_a_changed_setting_trains_anew(reduced, capsys):
+    argv, work, out, first = reduced
+    folders = sorted(p.name for p in (work / "runs").iterdir())
+    stamps = {p: p.stat().st_mtime_ns for p in (work / "runs").glob("*/train.out")}
+    capsys.readouterr()
+    again = lm_study.study(argv)
+    assert "nothing to train" in capsys.readouterr().out
+    assert {p: p.stat().st_mtime_ns for p in stamps} == stamps
+    assert [r["test_ppl"] for r in again] == [r["test_ppl"] for r in first]
+    changed = lm_study.study([*argv, "--schemes", "post", "--max-update", "12"])
+    assert "nothing to train" not in capsys.readouterr().out
+    assert changed[0]["train_curve"][-1][0] == 12
+    now = sorted(p.name for p in (work / "runs").iterdir())
+    assert len(now) == 3 and set(folders) < set(now)  # the 16-update runs are kept beside the new one
+
+
+def test_an_unknown_scheme_is_one_line_naming_the_choices(tmp_path, capsys):
+    status = lm_study.main(["--schemes", "post", "resdual", "--work", str(tmp_path), "--out", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert status == 1 and err.count("\n") == 1
+    assert err.startswith("error: unknown scheme(s) resdual: --schemes takes ") and ", ".join(SCHEMES) in err
+    assert not any(tmp_path.iterdir())  # nothing prepared, nothing written
+
+
+def test_every_registered_scheme_is_in_the_default_grid():
+    runs = lm_study.grid(list(SCHEMES), [6, 12], [1, 2])
+    assert len(runs) == 4 * len(SCHEMES) and runs[0] == lm_study.LMRun("post", 6, 1)
+    assert len({r.name for r in runs}) == len(runs)
+
+
+def test_a_runs_key_changes_with_its_command_and_its_data_only():
+    settings = lm_study.parse_args([])
+    run = lm_study.LMRun("residual", 6, 1)
+    key = lm_study.run_key(run, settings, "a" * 64)
+    assert key == lm_study.run_key(run, lm_study.parse_args(["--jobs", "1", "--work", "/elsewhere"]), "a" * 64)
+    assert key != lm_study.run_key(run, lm_study.parse_args(["--lr", "1e-3"]), "a" * 64)
+    assert key != lm_study.run_key(run, settings, "b" * 64)
+    assert key != lm_study.run_key(lm_study.LMRun("residual", 6, 2), settings, "a" * 64)
+    assert math.isfinite(len(key)) and len(key) == 12
