@@ -25,7 +25,7 @@ def _optimisation(lr: float, warmup: int, warmup_init_lr: float) -> List[object]
 
 
 def _run_control(
-    save_dir: Path, max_tokens: int, max_update: int, validate_every: int, seed: int, log_interval: int
+    save_dir: Path, *, max_tokens: int, max_update: int, validate_every: int, seed: int, log_interval: int = 50
 ) -> List[object]:
     """Batch size, length, checkpoints (the last one and the best), CPU, JSON logs to ``save_dir/train.log`` and
     TensorBoard curves to ``save_dir/tensorboard``."""
@@ -68,7 +68,14 @@ def train_command(
         *("--share-all-embeddings", "--dropout", "0.1"),
         *_optimisation(lr, warmup, warmup_init_lr),
         *("--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"),
-        *_run_control(Path(save_dir), max_tokens, max_update, validate_every, seed, log_interval),
+        *_run_control(
+            Path(save_dir),
+            max_tokens=max_tokens,
+            max_update=max_update,
+            validate_every=validate_every,
+            seed=seed,
+            log_interval=log_interval,
+        ),
     )
 
 
@@ -77,22 +84,11 @@ LM_BLOCKS = ("--sample-break-mode", "none", "--tokens-per-sample", "128")
 
 
 def lm_train_command(
-    databin,
-    save_dir,
-    *,
-    scheme: str,
-    layers: int,
-    dim: int,
-    lr: float,
-    warmup: int,
-    max_tokens: int,
-    max_update: int,
-    validate_every: int,
-    seed: int,
-    log_interval: int = 50,
+    databin, save_dir, *, scheme: str, layers: int, dim: int, lr: float, warmup: int, **control
 ) -> List[str]:
     """fairseq-train of a ``residual_transformer_lm`` of ``layers`` layers, width ``dim`` (FFN 4 x dim, 4 heads),
-    input and output embeddings shared, on ``LM_BLOCKS``; plain cross-entropy (base 2 in the logs)."""
+    input and output embeddings shared, on ``LM_BLOCKS``; plain cross-entropy (base 2 in the logs). ``control``:
+    ``max_tokens``, ``max_update``, ``validate_every``, ``seed``, ``log_interval`` as for ``train_command``."""
     return fairseq_command(
         "train",
         databin,
@@ -103,7 +99,7 @@ def lm_train_command(
         *("--decoder-ffn-embed-dim", 4 * dim, "--share-decoder-input-output-embed", "--dropout", "0.1"),
         *_optimisation(lr, warmup, 1e-7),
         *("--criterion", "cross_entropy"),
-        *_run_control(Path(save_dir), max_tokens, max_update, validate_every, seed, log_interval),
+        *_run_control(Path(save_dir), **control),
     )
 
 

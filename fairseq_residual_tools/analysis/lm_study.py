@@ -19,7 +19,6 @@ import itertools
 import json
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
@@ -31,10 +30,9 @@ from ..errors import ConfigError, exit_on_user_error
 from ..files import write_json, write_text
 from ..markdown import table
 from ..provenance import ROOT, describe, describe_git, git_state, provenance
-from ..runner import RunError
 from ..training_log import RULE as FAILS_RULE
 from ..training_log import outcome
-from .study import failure_list, format_cell, print_validation
+from .study import failure_list, format_cell, print_validation, run_in_pool
 
 #: the settings that go into every run's fairseq-train command
 TRAINING_SETTINGS = ("dim", "lr", "warmup", "max_tokens", "max_update", "validate_every", "log_interval")
@@ -109,11 +107,7 @@ def run_all(runs: List[LMRun], data: Dict, settings, runs_dir: Path, started: fl
     done = itertools.count(1)
 
     def one(run):
-        try:
-            result = run_one(run, data, settings, runs_dir)
-        except RunError as err:
-            print(f"[error] {err}", flush=True)
-            return None
+        result = run_one(run, data, settings, runs_dir)
         how = "done earlier with these settings, reused" if result["reused"] else f"{result['train_seconds']:.0f} s"
         print(
             f"[{next(done)}/{len(runs)}] {run.name}: fails={result['fails']}, test perplexity {result['test_ppl']} "
@@ -122,12 +116,7 @@ def run_all(runs: List[LMRun], data: Dict, settings, runs_dir: Path, started: fl
         )
         return result
 
-    with ThreadPoolExecutor(max_workers=settings.jobs) as pool:
-        results = list(pool.map(one, runs))
-    missing = [run.name for run, result in zip(runs, results) if result is None]
-    if missing:
-        print(f"{len(missing)} run(s) stopped without a verdict, left out (run again): {', '.join(missing)}")
-    return [r for r in results if r is not None]
+    return run_in_pool(runs, one, settings.jobs)
 
 
 def depth_table(results: List[Dict], key: str, digits: int) -> str:

@@ -230,6 +230,26 @@ def parse_args(argv=None):
     return p.parse_args(argv)
 
 
+def run_in_pool(items: Sequence, one, jobs: int) -> List[Dict]:
+    """``one(item)`` for every item, ``jobs`` at a time. A run that raises RunError (a crash or a kill, not a
+    divergence) has no verdict: it is named and left out, to be retried by the next invocation."""
+
+    def guarded(item):
+        try:
+            return one(item)
+        except RunError as err:
+            print(f"[error] {err}", flush=True)
+            return None
+
+    with ThreadPoolExecutor(max_workers=jobs) as pool:
+        results = list(pool.map(guarded, items))
+    missing = [item.name for item, result in zip(items, results) if result is None]
+    if missing:
+        left_out = f"{len(missing)} run(s) stopped without a verdict and are left out (run again to retry)"
+        print(f"{left_out}: {', '.join(missing)}", flush=True)
+    return [r for r in results if r is not None]
+
+
 def run_all(specs: List[RunSpec], data, refs, args, started: float) -> List[Dict]:
     """Run the grid with ``args.jobs`` concurrent fairseq processes, printing progress."""
     runs_dir = Path(args.work) / "runs"
@@ -239,11 +259,7 @@ def run_all(specs: List[RunSpec], data, refs, args, started: float) -> List[Dict
         skipped = " (done earlier, skipped)" if (runs_dir / spec.name / "result.json").exists() else ""
         if not skipped:
             print(f"[start] {spec.name} | {(time.time() - started) / 60:.1f} min elapsed", flush=True)
-        try:
-            result = run_one(spec, data, refs, args, runs_dir)
-        except RunError as err:
-            print(f"[error] {err}", flush=True)
-            return None
+        result = run_one(spec, data, refs, args, runs_dir)
         print(
             f"[{next(done)}/{len(specs)}] {spec.name}{skipped}: fails={result['fails']}, "
             f"valid loss {result['final_valid_loss']}, BLEU {result['bleu']}, "
@@ -252,14 +268,9 @@ def run_all(specs: List[RunSpec], data, refs, args, started: float) -> List[Dict
         )
         return result
 
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        results = list(pool.map(one, specs))
-    missing = [spec.name for spec, result in zip(specs, results) if result is None]
-    if missing:
-        left_out = f"{len(missing)} run(s) stopped without a verdict and are left out (run again to retry)"
-        print(f"{left_out}: {', '.join(missing)}", flush=True)
+    results = run_in_pool(specs, one, args.jobs)
     print(f"every run's curves: tensorboard --logdir {runs_dir}", flush=True)
-    return [r for r in results if r is not None]
+    return results
 
 
 def main(argv=None):

@@ -17,6 +17,7 @@ from fairseq_residual.schemes import dlcl as dlcl_scheme
 from fairseq_residual.schemes import normformer as normformer_scheme
 from fairseq_residual.schemes import residual_sandwich as residual_sandwich_scheme
 from fairseq_residual.schemes import sandwich as sandwich_scheme
+from fairseq_residual.schemes.base import PlainSumLayer
 
 TOL = 1e-5
 DEPTHS = [(1, 1), (2, 3), (6, 4)]  # (encoder layers, decoder layers)
@@ -113,10 +114,8 @@ def test_equation_check_fails_without_admin_omega():
 
 
 def test_equation_check_fails_without_the_sandwich_output_norms(monkeypatch):
-    def pre_ln_sum(self, sublayer, x, residual, block_input, stream):
-        return residual + x, stream
-
-    monkeypatch.setattr(sandwich_scheme.SandwichNormLayer, "residual_sum", pre_ln_sum)
+    # Pre-LN's plain sum x_k + f_k where Sandwich-LN adds LN^out(f_k)
+    monkeypatch.setattr(sandwich_scheme.SandwichNormLayer, "residual_sum", PlainSumLayer.residual_sum)
     assert max_mismatch("sandwich") > 100 * TOL
 
 
