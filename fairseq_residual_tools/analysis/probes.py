@@ -404,6 +404,21 @@ def write_outputs(record: Dict, out: Path):
     write_text(out / "README.md", probe_readme(record, out))
 
 
+def language_model_databin(demo) -> Path:
+    """The target side of a prepared demo corpus (``demo.prepare.DemoData``, its BPE'd text) as a data-bin of
+    fairseq's language_modeling task (``fairseq-preprocess --only-source``: ``dict.txt``, one ``.bin``/``.idx``
+    pair a split), in ``lm-data-bin``."""
+    from ..dataprep import pipeline
+    from ..demo.prepare import TGT
+
+    prefixes = {split: demo.root / "bpe" / f"{split}.{TGT}" for split in demo.raw_prefixes}
+    databin = demo.root / "lm-data-bin"
+    binarise = partial(pipeline.fairseq_preprocess_monolingual, {s: str(p) for s, p in prefixes.items()}, databin)
+    stages = pipeline.Stages(demo.root / "stages.json")
+    stages.run("binarise-lm", [databin / "preprocess.done"], binarise, inputs=list(prefixes.values()))
+    return databin
+
+
 def main(argv=None):
     args = parse_args(argv)
     out = Path(args.out)
@@ -414,7 +429,7 @@ def main(argv=None):
     started = time.time()
     data = args.data
     if data is None and not args.checkpoint:
-        from ..demo.prepare import language_model_databin, prepare_demo_data
+        from ..demo.prepare import prepare_demo_data
 
         demo = prepare_demo_data(Path(args.work) / "data")
         data = language_model_databin(demo) if args.task == "language_modeling" else demo.databin

@@ -36,14 +36,3 @@ def prepare_demo_data(work, seed=1, train=6000, valid=300, test=300, bpe_merges=
     binarise = partial(pipeline.fairseq_preprocess, {split: str(bpe / split) for split in raw}, SRC, TGT, databin)
     stages.run("binarise", [databin / "preprocess.done"], binarise, settings)
     return DemoData(work, databin, raw)
-
-
-def language_model_databin(demo: DemoData) -> Path:
-    """The target side of a prepared corpus (its BPE'd text) as a data-bin of fairseq's language_modeling task
-    (``fairseq-preprocess --only-source``: ``dict.txt``, one ``.bin``/``.idx`` pair a split), in ``lm-data-bin``."""
-    prefixes = {split: demo.root / "bpe" / f"{split}.{TGT}" for split in demo.raw_prefixes}
-    databin = demo.root / "lm-data-bin"
-    binarise = partial(pipeline.fairseq_preprocess_monolingual, {s: str(p) for s, p in prefixes.items()}, databin)
-    stages = pipeline.Stages(demo.root / "stages.json")
-    stages.run("binarise-lm", [databin / "preprocess.done"], binarise, inputs=list(prefixes.values()))
-    return databin

@@ -8,7 +8,6 @@ import pytest
 from helpers import ROOT
 
 from fairseq_residual_tools.analysis import probes
-from fairseq_residual_tools.demo.prepare import language_model_databin
 from fairseq_residual_tools.errors import ConfigError, exit_on_user_error
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -17,7 +16,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture(scope="module")
 def lm_databin(demo_databin):
     """The demo corpus's target side binarised with fairseq-preprocess --only-source."""
-    return language_model_databin(demo_databin)
+    return probes.language_model_databin(demo_databin)
 
 
 @pytest.fixture(scope="module")
