@@ -23,6 +23,7 @@ checkpoint files under FSDP (fairseq-train stops first, above), CUDA streams, ``
 """
 
 import contextlib
+import sys
 
 import pytest
 import torch
@@ -81,17 +82,37 @@ def cpu_streams(monkeypatch):
         monkeypatch.setattr(target, name, value)
 
 
+@contextlib.contextmanager
+def gloo_world_of_one_in(folder):
+    """One worker in a gloo process group, as a distributed fairseq-train launch with one worker has; afterwards
+    the test process is as before: no group, fairseq's and fairscale's cached groups dropped, and the
+    ``sys.excepthook`` that ``init_process_group`` replaces (it prefixes "[rank0]: " to every uncaught error,
+    also in the CLI runs forked later from this process) restored."""
+    assert not dist.is_initialized(), "another test left a process group behind"
+    hook = sys.excepthook
+    dist.init_process_group("gloo", init_method=f"file://{folder}/init", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        for cached in (fairseq_distributed.get_global_group, fairscale_fsdp.get_process_group_cached):
+            for attribute in ("_global_group", "_global_group_cache"):
+                if hasattr(cached, attribute):
+                    delattr(cached, attribute)
+        dist.destroy_process_group()
+        sys.excepthook = hook
+
+
 @pytest.fixture(scope="module")
 def gloo_world_of_one(tmp_path_factory):
-    """One worker in a gloo process group, as a distributed fairseq-train launch with one worker has."""
-    assert not dist.is_initialized(), "another test left a process group behind"
-    dist.init_process_group("gloo", init_method=f"file://{tmp_path_factory.mktemp('gloo')}/init", rank=0, world_size=1)
-    yield
-    for cached in (fairseq_distributed.get_global_group, fairscale_fsdp.get_process_group_cached):
-        for attribute in ("_global_group", "_global_group_cache"):
-            if hasattr(cached, attribute):
-                delattr(cached, attribute)
-    dist.destroy_process_group()
+    with gloo_world_of_one_in(tmp_path_factory.mktemp("gloo")):
+        yield
+
+
+def test_the_process_group_leaves_the_test_process_as_it_found_it(tmp_path):
+    hook = sys.excepthook
+    with gloo_world_of_one_in(tmp_path):
+        assert dist.is_initialized() and sys.excepthook is not hook  # torch's prefixing hook
+    assert not dist.is_initialized() and sys.excepthook is hook
 
 
 def fsdp_config(world_size):
