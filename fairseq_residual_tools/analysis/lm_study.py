@@ -184,7 +184,9 @@ reused only where its training command and data are the same):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="lm_study", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m fairseq_residual_tools.analysis.lm_study", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--work", default=str(ROOT / "work" / "lm-cpu"), help="data and checkpoints")
     p.add_argument("--out", default=str(ROOT / "results" / "lm-cpu"), help="report folder")
     p.add_argument("--schemes", nargs="+", help="default: every registered scheme")

@@ -85,7 +85,9 @@ def prepare(out: Path, bpe_merges: int, limit: Optional[int] = None, quiet: bool
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(prog="pydoc_text", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="python -m fairseq_residual_tools.dataprep.pydoc_text", description=__doc__.splitlines()[0]
+    )
     p.add_argument("--out", required=True, help="folder: raw/ (the text), text/, bin/ (the data-bin)")
     p.add_argument("--bpe-merges", type=int, default=2000)
     p.add_argument("--paragraphs", type=int, help="the first N paragraphs only (default: all)")
