@@ -15,7 +15,8 @@ checkpoint holds the learning rate before it. Loading the plugin changes two thi
   function (``fairseq_cli.train.train``) returns "stop" before its first step, no checkpoint is written, exit status 0.
 
 ``fairseq_cli.train`` is patched where it is imported (under ``fairseq-train`` and ``fairseq-hydra-train`` it is,
-before the plugin), and again by the first checkpoint load of a training: the plugin does not import it itself,
+before the plugin) and where it runs as ``__main__`` (``python -m fairseq_cli.train``), and again by the first
+checkpoint load of a training: the plugin does not import it itself,
 since that import configures Python's root logger. Early stopping (``--patience``) is not covered: fairseq does not
 save its count of validations without improvement, so a re-run cannot tell that it had stopped.
 """
@@ -105,10 +106,21 @@ def _stopping_train(train):
     return train_epoch
 
 
+def _train_modules() -> list:
+    """fairseq_cli.train where it was imported, and the ``__main__`` module that ``python -m fairseq_cli.train`` runs
+    it as (another module object, whose ``main`` calls its own ``train``)."""
+    found = [sys.modules.get("fairseq_cli.train")]
+    main = sys.modules.get("__main__")
+    if getattr(getattr(main, "__spec__", None), "name", None) == "fairseq_cli.train":
+        found.append(main)
+    return [module for module in found if module is not None and hasattr(module, "train")]
+
+
 def _wrap_train_loop() -> None:
-    module: Any = sys.modules.get("fairseq_cli.train")
-    if module is not None and not getattr(module.train, _MARK, False):
-        module.train = _stopping_train(module.train)
+    module: Any
+    for module in _train_modules():
+        if not getattr(module.train, _MARK, False):
+            module.train = _stopping_train(module.train)
 
 
 def apply() -> None:
@@ -119,6 +131,7 @@ def apply() -> None:
 
 def undo_train_loop() -> None:
     """Give ``fairseq_cli.train`` its own epoch function back (``patches.undo_all``; it is not a fixed target)."""
-    module: Any = sys.modules.get("fairseq_cli.train")
-    if module is not None and getattr(module.train, _MARK, False):
-        module.train = module.train.__wrapped__
+    module: Any
+    for module in _train_modules():
+        if getattr(module.train, _MARK, False):
+            module.train = module.train.__wrapped__

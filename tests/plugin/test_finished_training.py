@@ -6,6 +6,7 @@ import re
 
 import pytest
 import torch
+from helpers import run_cli, train_args
 
 from fairseq_residual.finished_training import NOTHING_LEFT
 from fairseq_residual_tools.kill_stress import file_states, start_training, train_command, wait_or_kill
@@ -85,3 +86,17 @@ def test_stop_min_lr_on_a_plateau_stays_stopped_and_resumed_the_schedule_goes_on
     torch.testing.assert_close(resumed["last_optimizer_state"], straight["last_optimizer_state"], rtol=0, atol=0)
     schedule = [r["optimizer_history"][-1]["lr_scheduler_state"]["best"] for r in (resumed, straight)]
     assert schedule[0] == schedule[1]  # the best validation loss it compares with
+
+
+@pytest.mark.slow
+def test_a_finished_training_run_as_python_m_fairseq_cli_train_trains_nothing(demo_databin, tmp_path):
+    """``python -m fairseq_cli.train`` (how the demo and the studies start fairseq) runs the epoch loop from the
+    module ``__main__``, not from an imported ``fairseq_cli.train``: a re-run stops there too."""
+    save_dir = tmp_path / "ckpt"
+    run_cli(train_args(demo_databin.databin, save_dir, max_update=3), cwd=tmp_path, fresh=True)
+    before = file_states(save_dir)
+    proc = run_cli(train_args(demo_databin.databin, save_dir, max_update=3), cwd=tmp_path, fresh=True)
+    text = proc.stdout + proc.stderr
+    assert sum(NOTHING_LEFT in line for line in text.splitlines()) == 1, text[-3000:]
+    assert "num_updates: 4" not in text and "Saving checkpoint" not in text, text[-3000:]
+    assert file_states(save_dir) == before and state(save_dir)[0] == 3
