@@ -87,6 +87,18 @@ def test_a_rerun_trains_nothing_and_a_changed_setting_trains_anew(reduced, capsy
     assert len(now) == 3 and set(folders) < set(now)  # the 16-update runs are kept beside the new one
 
 
+@pytest.mark.slow
+def test_a_run_killed_after_training_is_scored_without_training_more(reduced):
+    argv, work, out, first = reduced
+    (run_dir,) = (work / "runs").glob("residual-l2-seed1-*")
+    (run_dir / "result.json").unlink()  # as after a SIGKILL between fairseq-train's end and the score
+    checkpoint = (run_dir / "checkpoint_last.pt").stat().st_mtime_ns
+    again = {r["name"]: r for r in lm_study.study([*argv, "--schemes", "residual"])}["residual-l2-seed1"]
+    assert not again["reused"] and again["train_curve"][-1][0] == 16  # fairseq's finished training: no update more
+    assert (run_dir / "checkpoint_last.pt").stat().st_mtime_ns == checkpoint
+    assert again["test_ppl"] == next(r["test_ppl"] for r in first if r["scheme"] == "residual")
+
+
 def test_an_unknown_scheme_is_one_line_naming_the_choices(tmp_path, capsys):
     status = lm_study.main(["--schemes", "post", "resdual", "--work", str(tmp_path), "--out", str(tmp_path)])
     err = capsys.readouterr().err
