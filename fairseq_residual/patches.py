@@ -23,7 +23,7 @@ from . import (
     checkpoint_reading,
     checkpoint_saving,
     data_folder,
-    errors,
+    error_reporting,
     finished_training,
     numpy_compat,
 )
@@ -138,7 +138,7 @@ PATCHES: List[Patch] = [
         "HYDRA_FULL_ERROR=1 (if unset) so that the error reaches the hook",
         "a user error should name the problem and the fix, not end a 60-line traceback",
         None,
-        errors.install_excepthook,
+        error_reporting.install_excepthook,
         ((sys, "excepthook"),),
     ),
 ]

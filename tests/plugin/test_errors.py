@@ -12,7 +12,8 @@ import pytest
 import torch
 from helpers import PLUGIN_DIR, ROOT, TINY_MODEL, TinyTask, build_model, run_cli, train_args
 
-from fairseq_residual.errors import CheckpointMismatchError, ConfigError, one_line_message
+from fairseq_residual.error_reporting import one_line_message
+from fairseq_residual.errors import CheckpointMismatchError, ConfigError
 from fairseq_residual.model import SCHEME_KEY
 
 
