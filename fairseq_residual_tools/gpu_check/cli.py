@@ -277,7 +277,20 @@ def parse_args(argv: Sequence[str]):
     parser.add_argument("--calibrate", action="store_true", help="measure the estimates' inputs on this machine")
     parser.add_argument("--estimates", default=str(ESTIMATES), help="the estimates' inputs (--calibrate writes it)")
     parser.add_argument("--data-root", help="an embedded corpus already prepared (the demo's prepare_demo_data)")
+    # the shell wrapper takes --bundle out before Python starts (it sets up the interpreter's path); listed here so
+    # that --help shows every option of the command a user types
+    parser.add_argument(
+        "--bundle",
+        metavar="DIR",
+        help="on an offline node without fairseq: install the wheels of `make gpu-bundle` from DIR into a temporary "
+        "folder first (pip --no-index --no-deps), check that they import with the node's torch, and run with them",
+    )
     args = parser.parse_args(argv)
+    if args.bundle is not None:
+        parser.error(
+            "--bundle is taken by scripts/gpu_check.sh before Python starts: run bash scripts/gpu_check.sh "
+            f"--bundle {args.bundle} ..."
+        )
     args.argv = list(argv)
     args.schemes = [s for s in args.schemes.split(",") if s]
     args.precisions = [p for p in args.precisions.split(",") if p]

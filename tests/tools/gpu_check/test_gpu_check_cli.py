@@ -4,6 +4,7 @@ on the CPU at tiny sizes (the parts a GPU run has, in seconds)."""
 import json
 import re
 import subprocess
+import sys
 import tarfile
 
 import pytest
@@ -43,6 +44,29 @@ def test_without_a_gpu_it_stops_with_one_line(tmp_path):
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith("error: no CUDA GPU visible")
     assert not (tmp_path / "out").exists() and not (tmp_path / "work").exists()
+
+
+def test_help_lists_every_option_of_the_script_bundle_included():
+    """--help printed the Python part's options only: --bundle, which the shell wrapper handles, was missing."""
+    proc = run_script("--help")
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert proc.stdout.startswith("usage: scripts/gpu_check.sh")
+    for option in ("--bundle DIR", "--dry-run", "--cpu-tiny", "--calibrate", "--out OUT"):
+        assert option in proc.stdout, option
+
+
+def test_bundle_given_to_the_python_part_directly_names_the_script(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "fairseq_residual_tools.gpu_check", "--bundle", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.splitlines()[-1] == (
+        f"scripts/gpu_check.sh: error: --bundle is taken by scripts/gpu_check.sh before Python starts: run bash "
+        f"scripts/gpu_check.sh --bundle {tmp_path} ..."
+    )
 
 
 def test_a_bundle_that_is_not_one_stops_the_check_in_one_line_before_anything_runs(tmp_path):
