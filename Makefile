@@ -24,11 +24,11 @@ $(STAMP): pyproject.toml setup.py constraints.txt fairseq_residual/quiet.py
 	# torch first, at the tested version: the CPU build where one is offered, so that no other build is resolved
 	$(PIP) -c constraints.txt torch
 	# fairseq-fixed's extensions build against that torch and numpy (no isolated build environment installing a
-	# second torch), one per core at a time, without debug symbols: its wheel in about half the time
+	# second torch), without debug symbols (a wheel of half the size), one at a time: torch's BuildExtension
+	# writes every extension's build.ninja into one folder, so two built at once break each other's link
+	# (tests/tools/test_install_build.py)
 	$(PIP) -c constraints.txt setuptools Cython numpy
-	printf '[build_ext]\nparallel = %s\n' "$$(nproc)" > $(VENV)/build_ext.cfg
-	DIST_EXTRA_CONFIG=$(CURDIR)/$(VENV)/build_ext.cfg CFLAGS=-g0 \
-		$(PIP) -c constraints.txt --no-build-isolation fairseq-fixed
+	CFLAGS=-g0 $(PIP) -c constraints.txt --no-build-isolation fairseq-fixed
 	$(PIP) -c constraints.txt -e '.[data,analysis,tensorboard,test]'
 	touch $(STAMP)
 
