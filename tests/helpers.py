@@ -252,10 +252,22 @@ def train_args(databin, save_dir, max_update, scheme="residual"):
 
 
 # the schemes beyond Post-LN / Pre-LN / ResiDual, each checked against its paper's equations
-BASELINES = ["deepnet", "b2t", "admin", "tfixup", "dlcl", "sandwich", "normformer", "residual-sandwich"]
+BASELINES = [
+    "deepnet",
+    "b2t",
+    "admin",
+    "tfixup",
+    "dlcl",
+    "sandwich",
+    "normformer",
+    "residual-sandwich",
+    "mix-ln",
+    "ln-scaling",
+    "keel",
+]
 #: schemes whose LayerNorms (and NormFormer's head scales) are made random before an equation check: at init
 #: all LNs are the identity and every gamma is 1, so a LayerNorm or head scale in the wrong place would not show
-NORM_SCHEMES = {"sandwich", "normformer", "residual-sandwich"}
+NORM_SCHEMES = {"sandwich", "normformer", "residual-sandwich", "mix-ln", "ln-scaling", "keel"}
 
 
 def randomise_learned_mixing(model, scheme, seed=0):
