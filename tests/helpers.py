@@ -54,6 +54,20 @@ def build_model(task=None, **kwargs):
     return model.eval()
 
 
+def stock_transformer(task, normalize_before, layers):
+    """fairseq's own ``transformer`` (Post-LN, or Pre-LN with ``normalize_before``) at ``model_args``' sizes."""
+    from fairseq.models.transformer import TransformerModel
+
+    args = vars(model_args("post", layers=layers))
+    args.pop("residual_scheme")
+    args.update(
+        arch="transformer",
+        encoder_normalize_before=normalize_before,
+        decoder_normalize_before=normalize_before,
+    )
+    return TransformerModel.build_model(Namespace(**args), task).eval()
+
+
 def random_batch(task, batch=3, src_len=7, tgt_len=6, seed=0):
     """Source tokens left-padded (fairseq's default) with different lengths per row."""
     g = torch.Generator().manual_seed(seed)
