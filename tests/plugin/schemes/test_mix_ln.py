@@ -7,7 +7,16 @@ reference written from the paper's rule (reference_baselines.mix_ln) for several
 
 import pytest
 import torch
-from helpers import TinyTask, baseline_model, build_model, random_batch, randomise_learned_mixing, stock_transformer
+from helpers import (
+    TinyTask,
+    baseline_model,
+    build_model,
+    random_batch,
+    randomise_learned_mixing,
+    run_cli,
+    stock_transformer,
+    train_args,
+)
 from reference_baselines import mix_ln
 
 from fairseq_residual.errors import ConfigError
@@ -116,3 +125,19 @@ def test_the_rule_check_fails_when_the_post_ln_layers_are_on_top(monkeypatch):
 def test_a_ratio_outside_the_unit_interval_is_a_config_error(ratio):
     with pytest.raises(ConfigError, match=r"--mix-ln-ratio must lie in \[0, 1\]"):
         build_model(scheme="mix-ln", mix_ln_ratio=ratio)
+
+
+@pytest.mark.slow
+def test_training_killed_and_resumed_ends_bit_identical_with_the_ratio_from_the_command_line(demo_databin, tmp_path):
+    def train(save_dir, updates):
+        args = train_args(demo_databin.databin, save_dir, max_update=updates, scheme="mix-ln")
+        proc = run_cli([*args, "--mix-ln-ratio", "0.5"], cwd=tmp_path)
+        return proc.stdout + proc.stderr
+
+    train(tmp_path / "straight", 4)
+    train(tmp_path / "resumed", 2)  # the kill: the run ends after update 2, its checkpoint_last is what is left
+    assert "(epoch 1 @ 2 updates)" in train(tmp_path / "resumed", 4)
+    straight, resumed = (torch.load(tmp_path / d / "checkpoint_last.pt") for d in ("straight", "resumed"))
+    assert resumed["cfg"]["model"]["mix_ln_ratio"] == 0.5
+    torch.testing.assert_close(resumed["model"], straight["model"], rtol=0, atol=0)
+    torch.testing.assert_close(resumed["last_optimizer_state"], straight["last_optimizer_state"], rtol=0, atol=0)
