@@ -15,8 +15,8 @@ alpha = 0 is Pre-LN exactly (fairseq's ``normalize_before``); alpha = 1 is Post-
 Choices where the paper is silent (it trains decoder-only LLaMA models; authors' code pixeli99/MixLN,
 ``NORM_TYPE=post_pre`` with ``POST_NUM`` = P):
 
-* alpha's default, 0.25: the paper's setting for its models (the authors' scripts: P = 3 of 12 layers for
-  LLaMA-71M, 6 of 24 for LLaMA-1B);
+* alpha's default, 0.25: the setting for the paper's 71M-1B models (the authors' scripts: P = 3 of 12 layers
+  for LLaMA-71M, 6 of 24 for LLaMA-1B; their code takes P itself, P = floor(alpha L) maps the ratio onto it);
 * each stack has its own L, P: encoder floor(alpha N), decoder floor(alpha M);
 * the final LayerNorm stays for every alpha, as LLaMA's ``model.norm`` does in the authors' code: at alpha = 1
   the stack is Post-LN plus that LN, not fairseq's Post-LN (no final LN);
