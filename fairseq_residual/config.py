@@ -27,6 +27,7 @@ from fairseq.models.transformer.transformer_config import (
 from omegaconf import II, DictConfig, OmegaConf
 
 from .schemes import SCHEMES
+from .schemes.mix_ln import DEFAULT_RATIO as MIX_LN_DEFAULT_RATIO
 
 _NESTED = {"encoder": EncDecBaseConfig, "decoder": DecoderConfig, "quant_noise": QuantNoiseConfig}
 
@@ -83,6 +84,17 @@ _SCHEME_FIELDS: List[Tuple[str, Any, Any]] = [
                 "stream x^d (keeps x^d inside fp16 range in deep models; the authors use "
                 "0.05 for OPUS-100 and 1.0 elsewhere); LN is scale invariant, so the "
                 "function does not depend on s beyond LN's epsilon"
+            },
+        ),
+    ),
+    (
+        "mix_ln_ratio",
+        float,
+        field(
+            default=MIX_LN_DEFAULT_RATIO,
+            metadata={
+                "help": "Mix-LN only: alpha in [0, 1]; the first floor(alpha * L) layers of each stack of L layers "
+                "are Post-LN, the rest Pre-LN (the paper's 0.25; 0 is Pre-LN, 1 Post-LN with a final LN)"
             },
         ),
     ),

@@ -54,6 +54,20 @@ def build_model(task=None, **kwargs):
     return model.eval()
 
 
+def stock_transformer(task, normalize_before, layers):
+    """fairseq's own ``transformer`` (Post-LN, or Pre-LN with ``normalize_before``) at ``model_args``' sizes."""
+    from fairseq.models.transformer import TransformerModel
+
+    args = vars(model_args("post", layers=layers))
+    args.pop("residual_scheme")
+    args.update(
+        arch="transformer",
+        encoder_normalize_before=normalize_before,
+        decoder_normalize_before=normalize_before,
+    )
+    return TransformerModel.build_model(Namespace(**args), task).eval()
+
+
 def random_batch(task, batch=3, src_len=7, tgt_len=6, seed=0):
     """Source tokens left-padded (fairseq's default) with different lengths per row."""
     g = torch.Generator().manual_seed(seed)
@@ -252,10 +266,22 @@ def train_args(databin, save_dir, max_update, scheme="residual"):
 
 
 # the schemes beyond Post-LN / Pre-LN / ResiDual, each checked against its paper's equations
-BASELINES = ["deepnet", "b2t", "admin", "tfixup", "dlcl", "sandwich", "normformer", "residual-sandwich"]
+BASELINES = [
+    "deepnet",
+    "b2t",
+    "admin",
+    "tfixup",
+    "dlcl",
+    "sandwich",
+    "normformer",
+    "residual-sandwich",
+    "mix-ln",
+    "ln-scaling",
+    "keel",
+]
 #: schemes whose LayerNorms (and NormFormer's head scales) are made random before an equation check: at init
 #: all LNs are the identity and every gamma is 1, so a LayerNorm or head scale in the wrong place would not show
-NORM_SCHEMES = {"sandwich", "normformer", "residual-sandwich"}
+NORM_SCHEMES = {"sandwich", "normformer", "residual-sandwich", "mix-ln", "ln-scaling", "keel"}
 
 
 def randomise_learned_mixing(model, scheme, seed=0):

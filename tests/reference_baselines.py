@@ -21,6 +21,10 @@ NormFormer (Shleifer et al. 2021): x <- x + LN^attn(Concat(gamma_i h_i) W^O) (se
                               (FFN), plain Pre-LN cross-attention, top = LN(x)
 ResiDual + Sandwich-LN:       g = LN^out(f(x^ln)); x^ln <- LN(x^ln + g); x^d <- x^d + s g;
                               top = x^ln + LN(x^d)
+Mix-LN (Li et al. 2024):      layers 1..floor(alpha L): x <- LN(x + f(x)); the others: x <- x + f(LN(x));
+                              top = LN(x)
+LN Scaling (Sun et al. 2025): layer l: x <- x + f(LN(x) / sqrt(l)), top = LN(x) (unscaled)
+Keel (Chen and Wei 2026):     x <- LN^post(alpha x + f(LN(x))), alpha = number of sub-layers in the stack, no top LN
 """
 
 import math
@@ -273,6 +277,54 @@ def residual_sandwich(model, src_tokens, prev_tokens=None):
     return run_stacks(model, src_tokens, prev_tokens, residual_sandwich_stack, residual_sandwich_stack)
 
 
+# --- Mix-LN -------------------------------------------------------------------------------------
+
+
+def mix_ln(model, src_tokens, prev_tokens=None, ratio=0.25):
+    def run(stack, blocks, x):
+        post_layers = math.floor(ratio * len(blocks))
+        for number, block in enumerate(blocks, start=1):
+            for _, f, ln in block:
+                x = ln(x + f(x)) if number <= post_layers else x + f(ln(x))
+        return final_norm(stack, x)
+
+    return run_stacks(model, src_tokens, prev_tokens, run, run)
+
+
+# --- LayerNorm Scaling ------------------------------------------------------------------------
+
+
+def layer_norm(ln, x):
+    """LN(x) with the module's gain, bias and epsilon, computed here (not by the module's forward)."""
+    return F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps)
+
+
+def ln_scaling_stack(stack, blocks, x):
+    for number, block in enumerate(blocks, start=1):
+        for _, f, ln in block:  # ln: the Pre-LN LayerNorm of the sub-layer's input
+            x = x + f(layer_norm(ln, x) / math.sqrt(number))
+    return final_norm(stack, x)
+
+
+def ln_scaling(model, src_tokens, prev_tokens=None):
+    return run_stacks(model, src_tokens, prev_tokens, ln_scaling_stack, ln_scaling_stack)
+
+
+# --- Keel -------------------------------------------------------------------------------------
+
+
+def keel_stack(stack, blocks, x):
+    alpha = sum(len(block) for block in blocks)  # L: the sub-layers of the stack
+    for layer, block in zip(stack.layers, blocks):
+        for name, f, ln in block:  # ln: the LayerNorm of the sub-layer's input
+            x = layer_norm(layer.post_norms[name], alpha * x + f(layer_norm(ln, x)))
+    return x
+
+
+def keel(model, src_tokens, prev_tokens=None):
+    return run_stacks(model, src_tokens, prev_tokens, keel_stack, keel_stack)
+
+
 REFERENCES = {
     "deepnet": deepnet,
     "b2t": b2t,
@@ -282,4 +334,7 @@ REFERENCES = {
     "sandwich": sandwich,
     "normformer": normformer,
     "residual-sandwich": residual_sandwich,
+    "mix-ln": mix_ln,
+    "ln-scaling": ln_scaling,
+    "keel": keel,
 }

@@ -19,6 +19,9 @@ from .b2t import B2T
 from .base import ResidualScheme
 from .deepnet import DeepNet
 from .dlcl import DLCL
+from .keel import Keel
+from .ln_scaling import LayerNormScaling
+from .mix_ln import MixLN
 from .normformer import NormFormer
 from .post_ln import PostLN
 from .pre_ln import PreLN
@@ -41,6 +44,9 @@ SCHEMES: Dict[str, ResidualScheme] = {
         Sandwich(),
         NormFormer(),
         ResiDualSandwich(),
+        MixLN(),
+        LayerNormScaling(),
+        Keel(),
     )
 }
 

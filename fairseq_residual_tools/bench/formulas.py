@@ -7,7 +7,8 @@ elements per hidden state, r = length · batch rows, s sub-layers (2 per encoder
 
 A formula is the list of aten operations the scheme adds (or, negative, removes), each with the number of
 fp32 elements it reads and writes (``counts``' rule: 0-dim tensors count 0); bytes = 4 x elements, FLOPs 0
-(no scheme changes a matrix product). ``measured_minus_formula`` subtracts it from the counted difference of
+(no scheme adds a matrix product; Mix-LN's first Post-LN layer runs three as ``mm`` instead of ``addmm``, the
+same FLOPs under another kind). ``measured_minus_formula`` subtracts it from the counted difference of
 the two variants: zero means the scheme runs nothing beyond its equations (and the named costs that go with
 them, each with its reason in ``FORMULAS``' docstrings).
 """
@@ -94,33 +95,40 @@ class Work:
     def __init__(self):
         self.ops: Dict[str, int] = {}
         self.elements: Dict[str, int] = {}
+        self.flops: Dict[str, int] = {}
 
-    def add(self, kind: str, count: int, elements: int) -> "Work":
-        """``count`` operations of ``kind`` (negative: removed), each reading and writing ``elements``."""
+    def add(self, kind: str, count: int, elements: int, flops: int = 0) -> "Work":
+        """``count`` operations of ``kind`` (negative: removed), each reading and writing ``elements`` and
+        computing ``flops`` (matrix products only)."""
         if count:
             self.ops[kind] = self.ops.get(kind, 0) + count
             self.elements[kind] = self.elements.get(kind, 0) + count * elements
+            self.flops[kind] = self.flops.get(kind, 0) + count * flops
         return self
 
     def __iadd__(self, other: "Work") -> "Work":
         for kind in other.ops:
             self.ops[kind] = self.ops.get(kind, 0) + other.ops[kind]
             self.elements[kind] = self.elements.get(kind, 0) + other.elements[kind]
+            self.flops[kind] = self.flops.get(kind, 0) + other.flops[kind]
         return self
 
     def times(self, k: int) -> "Work":
         out = Work()
         out.ops = {kind: k * count for kind, count in self.ops.items()}
         out.elements = {kind: k * count for kind, count in self.elements.items()}
+        out.flops = {kind: k * count for kind, count in self.flops.items()}
         return out
 
     def totals(self) -> Dict:
         """The shape of ``counts.WorkCounter.totals`` (without ``free``)."""
-        kinds = sorted(k for k in self.ops if self.ops[k] or self.elements[k])
-        by_kind = {k: {"ops": self.ops[k], "flops": 0, "bytes": FLOAT_BYTES * self.elements[k]} for k in kinds}
+        kinds = sorted(k for k in self.ops if self.ops[k] or self.elements[k] or self.flops[k])
+        by_kind = {
+            k: {"ops": self.ops[k], "flops": self.flops[k], "bytes": FLOAT_BYTES * self.elements[k]} for k in kinds
+        }
         return {
             "ops": sum(c["ops"] for c in by_kind.values()),
-            "flops": 0,
+            "flops": sum(c["flops"] for c in by_kind.values()),
             "bytes": sum(c["bytes"] for c in by_kind.values()),
             "by_kind": by_kind,
         }
@@ -245,6 +253,37 @@ def normformer(c: StackCall) -> Work:
     return work
 
 
+def mix_ln(c: StackCall) -> Work:
+    """Mix-LN over Pre-LN, at the default ratio (the bench builds every scheme with its defaults): a Post-LN
+    layer runs the same LayerNorms and adds as a Pre-LN one, in another order. Named: where the stack's first
+    layer is Post-LN (floor(alpha l) >= 1) and its input, fairseq's time-first view of the embedding, is not
+    contiguous, that layer's q, k and v projections copy it and run ``mm`` plus a bias add instead of one
+    ``addmm``, as Post-LN's first layer does (Pre-LN's first LayerNorm writes a contiguous tensor)."""
+    from fairseq_residual.schemes.mix_ln import DEFAULT_RATIO, post_ln_layers
+
+    n, d = c.n, c.d
+    copies = 3 * int(post_ln_layers(DEFAULT_RATIO, c.layers) >= 1 and c.strided)
+    work = Work().add("clone", copies, 2 * n).add("add", copies, 2 * n + d)
+    product = 2 * c.rows * d * d  # one projection's FLOPs, the same as mm or as addmm
+    return work.add("mm", copies, 2 * n + d * d, product).add("addmm", -copies, 2 * n + d * d + d, product)
+
+
+def ln_scaling(c: StackCall) -> Work:
+    """LayerNorm Scaling over Pre-LN: in layers 2 ... l, every LayerNorm's gain and bias times 1/sqrt(l) at each
+    call (two multiplies of d elements; layer 1's factor is 1 and costs nothing), and in backward their
+    gradients times the same factor."""
+    per_layer = c.sublayers // c.layers
+    return Work().add("mul", 2 * per_layer * (c.layers - 1) * (1 + c.backward), 2 * c.d)
+
+
+def keel(c: StackCall) -> Work:
+    """Keel over Pre-LN: LN^post after each of the s sums, in place of Pre-LN's final LayerNorm (s - 1 more
+    LayerNorms); backward multiplies the residual's gradient by alpha, once per sub-layer (the sum
+    alpha x + f is one add with alpha)."""
+    work = layer_norms(c, c.sublayers - 1)
+    return work.add("mul", c.sublayers * c.backward, 2 * c.n)
+
+
 def plugin(c: StackCall) -> Work:
     """The plugin's layer loops over fairseq's (its ``pre`` / ``post`` against stock): the decoder makes its
     causal mask on every training call (``full`` and ``triu_`` of T x T; stock caches it on the module, which
@@ -278,6 +317,10 @@ def optimizer_normformer(x: Shapes) -> Work:
     return adam(adam(work, 2 * layers, x.d), 2 * layers, x.F)  # LN^attn, LN^fc
 
 
+def optimizer_keel(x: Shapes) -> Work:
+    return adam(Work(), 2 * (2 * x.N + 3 * x.M - 2), x.d)  # LN^post of every sub-layer, less the final LNs
+
+
 def optimizer_dlcl(x: Shapes) -> Work:
     work = adam(Work(), 2 * (x.N + x.M), x.d)  # LN_k of every layer
     for layers in (x.N, x.M):
@@ -296,6 +339,9 @@ FORMULAS: Dict[str, Tuple[str, Callable[[StackCall], Work], Callable[[Shapes], W
     "sandwich": ("pre", sandwich, optimizer_sandwich),
     "normformer": ("pre", normformer, optimizer_normformer),
     "residual-sandwich": ("residual", sandwich, optimizer_sandwich),
+    "mix-ln": ("pre", mix_ln, optimizer_residual),
+    "ln-scaling": ("pre", ln_scaling, optimizer_residual),
+    "keel": ("pre", keel, optimizer_keel),
     "pre": ("stock-pre", plugin, optimizer_residual),
     "post": ("stock-post", plugin, optimizer_residual),
 }

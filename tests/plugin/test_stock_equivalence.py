@@ -1,24 +1,10 @@
 """The plugin's Post-LN / Pre-LN schemes are fairseq's stock transformer, given the same weights."""
 
-from argparse import Namespace
-
 import pytest
 import torch
-from fairseq.models.transformer import TransformerModel
-from helpers import TinyTask, build_model, model_args, random_batch
+from helpers import TinyTask, build_model, random_batch, stock_transformer
 
 from fairseq_residual.model import SCHEME_KEY
-
-
-def stock_transformer(task, normalize_before, layers):
-    args = vars(model_args("post", layers=layers))
-    args.pop("residual_scheme")
-    args.update(
-        arch="transformer",
-        encoder_normalize_before=normalize_before,
-        decoder_normalize_before=normalize_before,
-    )
-    return TransformerModel.build_model(Namespace(**args), task).eval()
 
 
 @pytest.mark.parametrize("scheme,normalize_before", [("post", False), ("pre", True)])

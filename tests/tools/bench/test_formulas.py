@@ -52,6 +52,18 @@ def test_measured_extra_work_minus_the_formula_is_zero(counted, scheme):
         assert row["minus"] == {"ops": 0, "flops": 0, "bytes": 0, "by_kind": {}}, (row["phase"], row["minus"])
 
 
+def test_mix_ln_with_a_post_ln_first_layer_minus_pre_ln_is_the_formula_exactly():
+    # TINY and SINGLE have floor(0.25 l) = 0 Post-LN layers (Mix-LN is Pre-LN there); at 4 layers each stack has one
+    four = dataclasses.replace(TINY, name="four", layers=4)
+    found = {name: counts.step_counts(four, name) for name in ("pre", "mix-ln")}
+    train, generate = formulas.overhead_rows(four, found)
+    # the first layer's q, k, v projections copy the strided input: encoder and decoder in training, the encoder
+    # in generation (a decoding step's input is one position)
+    assert train["measured"]["by_kind"]["clone"]["ops"] == 6 and generate["measured"]["by_kind"]["clone"]["ops"] == 3
+    for row in (train, generate):
+        assert row["minus"] == {"ops": 0, "flops": 0, "bytes": 0, "by_kind": {}}, (row["phase"], row["minus"])
+
+
 def test_every_registered_scheme_has_a_formula():
     assert set(SCHEMES) <= set(formulas.FORMULAS)
 
