@@ -41,7 +41,8 @@ def final_norm(stack, x):
     return F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps)
 
 
-def residual_encoder(model, src_tokens, scale=1.0, alpha=1.0):
+def residual_encoder_paths(model, src_tokens, scale=1.0):
+    """x^ln_{N+1} and x^d_{N+1} of the encoder (time first), and its padding mask."""
     enc = model.encoder
     pad = src_tokens.eq(enc.padding_idx)
     x_ln = source_embedding(enc, src_tokens)
@@ -53,7 +54,12 @@ def residual_encoder(model, src_tokens, scale=1.0, alpha=1.0):
         f = ffn(layer, x_ln)
         x_d = x_d + scale * f
         x_ln = layer.final_layer_norm(x_ln + f)
-    return alpha * x_ln + final_norm(enc, x_d), pad
+    return x_ln, x_d, pad
+
+
+def residual_encoder(model, src_tokens, scale=1.0, alpha=1.0):
+    x_ln, x_d, pad = residual_encoder_paths(model, src_tokens, scale)
+    return alpha * x_ln + final_norm(model.encoder, x_d), pad
 
 
 def causal_mask(t):
