@@ -39,7 +39,7 @@ PRECISIONS: Dict[str, List[str]] = {
 }
 SCHEMES = ("post", "pre", "residual")
 #: the claims' variant of ResiDual with its output scaled at init (docs/schemes.md): its label and its options
-SCALED_RESIDUAL = ("residual-c0.5", "residual", ("--residual-output-scale", "0.5"))
+SCALED_RESIDUAL: Tuple[str, str, Tuple[str, ...]] = ("residual-c0.5", "residual", ("--residual-output-scale", "0.5"))
 REFERENCE = "pre"
 TORCHRUN_CELL = "iwslt14/residual/e6d6"
 #: the embedded corpus at 4096 tokens a batch: ~290 sentences of ~14 BPE tokens, ~1,000 symbols (for the counts)
@@ -177,10 +177,13 @@ def claims_label(scheme: str, layers: int, warmup: bool) -> str:
     return f"{scheme} e{layers}d{layers} {'warmup' if warmup else 'no-warmup'}"
 
 
-def claims_variants(args) -> List[Tuple[str, str, Tuple[str, ...]]]:
+Variant = Tuple[str, str, Tuple[str, ...]]
+
+
+def claims_variants(args) -> List[Variant]:
     """(label, scheme, model options) of every scheme the claims train: the chosen schemes, then ResiDual with its
     output scaled at init when ResiDual is one of them (unless ``--skip-output-scale``)."""
-    variants = [(scheme, scheme, ()) for scheme in args.schemes]
+    variants: List[Variant] = [(scheme, scheme, ()) for scheme in args.schemes]
     if "residual" in args.schemes and not args.skip_output_scale:
         variants.append(SCALED_RESIDUAL)
     return variants

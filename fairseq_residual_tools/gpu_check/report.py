@@ -4,7 +4,7 @@ import json
 import math
 import re
 import statistics
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from ..markdown import table
 from ..provenance import describe
@@ -111,7 +111,7 @@ def claims_table(claims: Dict[str, dict], depths, paper: dict) -> str:
         ["method", "warmup"] + [f"E{d}D{d} (measured)" for d in depths] + [f"{c} (paper)" for c in paper["columns"]]
     )
     trained = dict.fromkeys(label.split()[0] for label in claims)
-    extra = [
+    extra: List[Dict[str, Any]] = [
         {"method": VARIANT_METHODS.get(name, name), "scheme": name, "warmup": warmup, "paper": {}}
         for name in trained
         if name not in {row["scheme"] for row in paper["rows"]}
