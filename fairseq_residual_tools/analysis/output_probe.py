@@ -33,35 +33,16 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..errors import ConfigError, exit_on_user_error
+from ..errors import exit_on_user_error
 from ..files import write_text
 from ..markdown import table
 from ..provenance import ROOT, describe, provenance
 from .probes import STACKS, build_at_init, fairseq_task, load_batch
+from .variants import check_variants, parse_variant
 
 #: the depths of the comparisons this probe explains: the demo's E3D3 / E12D12, the LM study's 6 / 12 layers
 STUDY_DEPTHS = {"translation": [3, 12], "language_modeling": [6, 12]}
-#: --variants keys: the ResiDual output options they set
-VARIANT_OPTIONS = {"scale": "residual_output_scale", "alpha": "residual_output_alpha"}
 DUAL_METRICS = ("cos_paths", "cos_ln_embedding", "cos_dual_embedding", "rms_ln", "rms_dual")
-
-
-def parse_variant(spec: str) -> Tuple[str, Dict[str, float]]:
-    """``scheme`` or ``scheme:scale=C,alpha=A``: the scheme and the model options it sets."""
-    from fairseq_residual.schemes import SCHEMES
-
-    scheme, _, rest = spec.partition(":")
-    options = {}
-    for item in filter(None, rest.split(",")):
-        key, sep, value = item.partition("=")
-        if key not in VARIANT_OPTIONS or not sep:
-            raise ConfigError(f"--variants {spec!r}: write SCHEME or SCHEME:scale=C,alpha=A (e.g. residual:scale=0.5)")
-        options[VARIANT_OPTIONS[key]] = float(value)
-    if scheme not in SCHEMES:
-        raise ConfigError(f"--variants {spec!r}: unknown scheme {scheme!r}; choose from {', '.join(SCHEMES)}")
-    if options and not SCHEMES[scheme].dual_output:
-        raise ConfigError(f"--variants {spec!r}: scale and alpha apply to ResiDual's output only")
-    return scheme, options
 
 
 def tokens(x: Tensor, keep: Tensor) -> Tensor:
@@ -165,7 +146,7 @@ def probe_task(task_name: str, args) -> List[Dict]:
     batch = load_batch(task, args.split, args.samples)
     runs = []
     for variant in args.variants:
-        scheme, options = parse_variant(variant)
+        scheme, options = parse_variant(variant, "--variants")
         for layers in args.depths or STUDY_DEPTHS[task_name]:
             for seed in args.seeds:
                 model = build_at_init(task, scheme, layers, args.dim, 4, 4 * args.dim, seed, **options)
@@ -274,8 +255,7 @@ def parse_args(argv=None):
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else list(argv)
     args = parse_args(argv)
-    for variant in args.variants:
-        parse_variant(variant)  # every spec checked before any data is prepared
+    check_variants(args.variants, "--variants")  # before any data is prepared
     torch.set_num_threads(1)
     started = time.time()
     runs = [run for task_name in args.tasks for run in probe_task(task_name, args)]

@@ -10,7 +10,6 @@ from reference import final_norm, residual_encoder_paths, source_embedding, targ
 from reference_baselines import decoder_sublayers, encoder_sublayers, pre_ln_stack
 
 from fairseq_residual_tools.analysis import output_probe
-from fairseq_residual_tools.errors import ConfigError
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -96,24 +95,3 @@ def test_residuals_two_output_terms_are_measured_as_written_out(scale):
     assert measured["rms_dual"] == pytest.approx(written_out_rms(ln_dual, positions), rel=1e-5)
     assert measured["rms"] == pytest.approx(written_out_rms(x_ln + ln_dual, positions), rel=1e-5)
     assert measured["rms_ln"] == pytest.approx(scale, rel=0.05)  # both terms start at about RMS c
-
-
-@pytest.mark.parametrize(
-    "spec,expected",
-    [
-        ("pre", ("pre", {})),
-        ("residual:scale=0.5", ("residual", {"residual_output_scale": 0.5})),
-        (
-            "residual-sandwich:scale=0.5,alpha=2",
-            ("residual-sandwich", {"residual_output_scale": 0.5, "residual_output_alpha": 2.0}),
-        ),
-    ],
-)
-def test_variants_name_a_scheme_and_residuals_output_options(spec, expected):
-    assert output_probe.parse_variant(spec) == expected
-
-
-@pytest.mark.parametrize("spec", ["nope", "residual:gain=2", "residual:scale", "pre:scale=0.5"])
-def test_a_bad_variant_is_one_line_error(spec):
-    with pytest.raises(ConfigError, match="^--variants"):
-        output_probe.parse_variant(spec)
