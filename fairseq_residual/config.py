@@ -98,6 +98,30 @@ _SCHEME_FIELDS: List[Tuple[str, Any, Any]] = [
             },
         ),
     ),
+    (
+        "residual_output_alpha",
+        float,
+        field(
+            default=1.0,
+            metadata={
+                "help": "ResiDual schemes only: weight alpha of the Post-LN term of each stack's output, "
+                "y = alpha * x^ln + LN(x^d) (the authors' enc_alpha = dec_alpha; 1.0 in their configs)"
+            },
+        ),
+    ),
+    (
+        "residual_output_scale",
+        float,
+        field(
+            default=1.0,
+            metadata={
+                "help": "ResiDual schemes only: initial gain c of both LayerNorms that form each stack's output "
+                "y (the last layer's final LayerNorm, giving x^ln, and the LN of x^d), so y starts c times "
+                "its default size; the gains stay learnable. 1.0 is the authors' initialisation; 0.5 starts y "
+                "at about a Pre-LN stack's output size (docs/schemes.md)"
+            },
+        ),
+    ),
 ]
 
 ResidualTransformerConfig = make_dataclass(

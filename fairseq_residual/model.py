@@ -215,6 +215,24 @@ def validate_config(cfg):
             )
     if not (math.isfinite(cfg.dual_stream_scale) and cfg.dual_stream_scale > 0):
         raise ConfigError(f"--dual-stream-scale must be a positive finite number, got {cfg.dual_stream_scale}")
+    validate_output_options(cfg, scheme)
+
+
+def validate_output_options(cfg, scheme) -> None:
+    """--residual-output-alpha / --residual-output-scale: finite (the scale positive), and only for a scheme
+    whose stack output they shape (ResiDual's y = alpha * x^ln + LN(x^d))."""
+    alpha, scale = float(cfg.residual_output_alpha), float(cfg.residual_output_scale)
+    if not math.isfinite(alpha):
+        raise ConfigError(f"--residual-output-alpha must be a finite number, got {alpha}")
+    if not (math.isfinite(scale) and scale > 0):
+        raise ConfigError(f"--residual-output-scale must be a positive finite number, got {scale}")
+    if not scheme.dual_output and (alpha, scale) != (1.0, 1.0):
+        given = "--residual-output-alpha" if alpha != 1.0 else "--residual-output-scale"
+        dual = " or ".join(name for name, s in SCHEMES.items() if s.dual_output)
+        raise ConfigError(
+            f"{given} shapes ResiDual's output y = alpha * x^ln + LN(x^d), which --residual-scheme {scheme.name} "
+            f"does not have: drop the option, or use --residual-scheme {dual}"
+        )
 
 
 def validate_dictionaries(cfg, task):

@@ -54,14 +54,17 @@ def train_command(
     seed: int,
     log_interval: int = 50,
     warmup_init_lr: float = 1e-7,
+    model_options: Sequence[object] = (),
 ) -> List[str]:
-    """fairseq-train of an E{layers}D{layers} model of width ``dim`` (FFN 4 x dim, 4 heads); ``warmup_init_lr`` =
-    ``lr`` keeps inverse_sqrt's schedule but starts at the peak (no warmup). It logs JSON records to
-    ``save_dir/train.log`` and curves for TensorBoard to ``save_dir/tensorboard``."""
+    """fairseq-train of an E{layers}D{layers} model of width ``dim`` (FFN 4 x dim, 4 heads), with ``model_options``
+    (``--residual-output-scale 0.5``); ``warmup_init_lr`` = ``lr`` keeps inverse_sqrt's schedule but starts at the
+    peak (no warmup). It logs JSON records to ``save_dir/train.log`` and curves for TensorBoard to
+    ``save_dir/tensorboard``."""
     return fairseq_command(
         "train",
         databin,
         *("--user-dir", PLUGIN_DIR, "--arch", "residual_transformer_iwslt_de_en", "--residual-scheme", scheme),
+        *model_options,
         *("--encoder-layers", layers, "--decoder-layers", layers),
         *("--encoder-embed-dim", dim, "--decoder-embed-dim", dim),
         *("--encoder-ffn-embed-dim", 4 * dim, "--decoder-ffn-embed-dim", 4 * dim),
@@ -84,16 +87,27 @@ LM_BLOCKS = ("--sample-break-mode", "none", "--tokens-per-sample", "128")
 
 
 def lm_train_command(
-    databin, save_dir, *, scheme: str, layers: int, dim: int, lr: float, warmup: int, **control
+    databin,
+    save_dir,
+    *,
+    scheme: str,
+    layers: int,
+    dim: int,
+    lr: float,
+    warmup: int,
+    model_options: Sequence[object] = (),
+    **control,
 ) -> List[str]:
     """fairseq-train of a ``residual_transformer_lm`` of ``layers`` layers, width ``dim`` (FFN 4 x dim, 4 heads),
     input and output embeddings shared, on ``LM_BLOCKS``; plain cross-entropy (base 2 in the logs). ``control``:
-    ``max_tokens``, ``max_update``, ``validate_every``, ``seed``, ``log_interval`` as for ``train_command``."""
+    ``max_tokens``, ``max_update``, ``validate_every``, ``seed``, ``log_interval``, and ``model_options``, as for
+    ``train_command``."""
     return fairseq_command(
         "train",
         databin,
         *("--task", "language_modeling", *LM_BLOCKS),
         *("--user-dir", PLUGIN_DIR, "--arch", "residual_transformer_lm", "--residual-scheme", scheme),
+        *model_options,
         *("--decoder-layers", layers, "--decoder-attention-heads", 4),
         *("--decoder-embed-dim", dim, "--decoder-input-dim", dim, "--decoder-output-dim", dim),
         *("--decoder-ffn-embed-dim", 4 * dim, "--share-decoder-input-output-embed", "--dropout", "0.1"),

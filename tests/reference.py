@@ -6,7 +6,10 @@ decoder code: the wiring below is the paper's, written out by hand.
 
 ResiDual (Xie et al. 2023), for every sub-layer f_k in order:
     x^f_k = f_k(x^ln_k);  x^ln_{k+1} = LN_k(x^ln_k + x^f_k);  x^d_{k+1} = x^d_k + s * x^f_k
-    x^d_1 = s * x^ln_1;   y = x^ln_{N+1} + LN_final(x^d_{N+1})
+    x^d_1 = s * x^ln_1;   y = alpha * x^ln_{N+1} + LN_final(x^d_{N+1})
+
+alpha weights the Post-LN term of the output as the authors' release does (``enc_alpha`` / ``dec_alpha`` in
+resi_dual.py: ``x * alpha + layer_norm(res)``; 1 in the paper and in their configs).
 """
 
 import math
@@ -38,7 +41,8 @@ def final_norm(stack, x):
     return F.layer_norm(x, ln.normalized_shape, ln.weight, ln.bias, ln.eps)
 
 
-def residual_encoder(model, src_tokens, scale=1.0):
+def residual_encoder_paths(model, src_tokens, scale=1.0):
+    """x^ln_{N+1} and x^d_{N+1} of the encoder (time first), and its padding mask."""
     enc = model.encoder
     pad = src_tokens.eq(enc.padding_idx)
     x_ln = source_embedding(enc, src_tokens)
@@ -50,15 +54,20 @@ def residual_encoder(model, src_tokens, scale=1.0):
         f = ffn(layer, x_ln)
         x_d = x_d + scale * f
         x_ln = layer.final_layer_norm(x_ln + f)
-    return x_ln + final_norm(enc, x_d), pad
+    return x_ln, x_d, pad
+
+
+def residual_encoder(model, src_tokens, scale=1.0, alpha=1.0):
+    x_ln, x_d, pad = residual_encoder_paths(model, src_tokens, scale)
+    return alpha * x_ln + final_norm(model.encoder, x_d), pad
 
 
 def causal_mask(t):
     return torch.triu(torch.full((t, t), float("-inf")), 1)
 
 
-def residual_decoder(model, src_tokens, prev_tokens, scale=1.0):
-    enc_out, enc_pad = residual_encoder(model, src_tokens, scale)
+def residual_decoder(model, src_tokens, prev_tokens, scale=1.0, alpha=1.0):
+    enc_out, enc_pad = residual_encoder(model, src_tokens, scale, alpha)
     dec = model.decoder
     self_pad = prev_tokens.eq(dec.padding_idx)
     x_ln = target_embedding(dec, prev_tokens)
@@ -74,5 +83,5 @@ def residual_decoder(model, src_tokens, prev_tokens, scale=1.0):
         f = ffn(layer, x_ln)
         x_d = x_d + scale * f
         x_ln = layer.final_layer_norm(x_ln + f)
-    y = x_ln + final_norm(dec, x_d)
+    y = alpha * x_ln + final_norm(dec, x_d)
     return F.linear(y.transpose(0, 1), dec.embed_tokens.weight)  # shared output projection

@@ -20,7 +20,7 @@ NormFormer (Shleifer et al. 2021): x <- x + LN^attn(Concat(gamma_i h_i) W^O) (se
                               out from the q/k/v/output projections' weights), x <- x + W_2 LN^fc(act(W_1 LN(x)))
                               (FFN), plain Pre-LN cross-attention, top = LN(x)
 ResiDual + Sandwich-LN:       g = LN^out(f(x^ln)); x^ln <- LN(x^ln + g); x^d <- x^d + s g;
-                              top = x^ln + LN(x^d)
+                              top = alpha x^ln + LN(x^d)   (alpha: the authors' output weight, 1 by default)
 Mix-LN (Li et al. 2024):      layers 1..floor(alpha L): x <- LN(x + f(x)); the others: x <- x + f(LN(x));
                               top = LN(x)
 LN Scaling (Sun et al. 2025): layer l: x <- x + f(LN(x) / sqrt(l)), top = LN(x) (unscaled)
@@ -28,6 +28,7 @@ Keel (Chen and Wei 2026):     x <- LN^post(alpha x + f(LN(x))), alpha = number o
 """
 
 import math
+from functools import partial
 
 import torch.nn.functional as F
 from reference import causal_mask, ffn, final_norm, source_embedding, target_embedding
@@ -263,18 +264,19 @@ def normformer(model, src_tokens, prev_tokens=None):
 # --- ResiDual with Sandwich-LN ----------------------------------------------------------------
 
 
-def residual_sandwich_stack(stack, blocks, x_ln, scale=1.0):
+def residual_sandwich_stack(stack, blocks, x_ln, scale=1.0, alpha=1.0):
     x_d = scale * x_ln
     for layer, block in zip(stack.layers, blocks):
         for name, f, ln in block:  # ln: the Post-LN LayerNorm closing the sub-layer
             g = layer.sublayer_output_norms[name](f(x_ln))
             x_d = x_d + scale * g
             x_ln = ln(x_ln + g)
-    return x_ln + final_norm(stack, x_d)
+    return alpha * x_ln + final_norm(stack, x_d)
 
 
-def residual_sandwich(model, src_tokens, prev_tokens=None):
-    return run_stacks(model, src_tokens, prev_tokens, residual_sandwich_stack, residual_sandwich_stack)
+def residual_sandwich(model, src_tokens, prev_tokens=None, alpha=1.0):
+    stack = partial(residual_sandwich_stack, alpha=alpha)
+    return run_stacks(model, src_tokens, prev_tokens, stack, stack)
 
 
 # --- Mix-LN -------------------------------------------------------------------------------------

@@ -59,6 +59,9 @@ class ResidualScheme:
     normalize_before: bool = False
     encoder_layer_cls = TransformerEncoderLayerBase
     decoder_layer_cls = TransformerDecoderLayerBase
+    #: whether the stack output is ResiDual's y = alpha * x^ln + LN(x^d), which --residual-output-alpha and
+    #: --residual-output-scale shape (anything else rejects them but at their defaults)
+    dual_output: bool = False
 
     def build_stack_output(self, fairseq_default: Optional[nn.Module], embed_dim: int, cfg) -> Optional[nn.Module]:
         """Module applied once after the last layer of a stack.

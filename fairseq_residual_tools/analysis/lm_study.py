@@ -33,6 +33,7 @@ from ..provenance import ROOT, describe, describe_git, git_state, provenance
 from ..training_log import RULE as FAILS_RULE
 from ..training_log import outcome
 from .study import failure_list, format_cell, print_validation, run_in_pool
+from .variants import check_variants, variant_flags, variant_name
 
 #: the settings that go into every run's fairseq-train command
 TRAINING_SETTINGS = ("dim", "lr", "warmup", "max_tokens", "max_update", "validate_every", "log_interval")
@@ -46,7 +47,7 @@ class LMRun:
 
     @property
     def name(self) -> str:
-        return f"{self.scheme}-l{self.layers}-seed{self.seed}"
+        return f"{variant_name(self.scheme)}-l{self.layers}-seed{self.seed}"
 
 
 def grid(schemes: Sequence[str], depths: Sequence[int], seeds: Sequence[int]) -> List[LMRun]:
@@ -55,11 +56,13 @@ def grid(schemes: Sequence[str], depths: Sequence[int], seeds: Sequence[int]) ->
 
 
 def check_schemes(schemes: Sequence[str]) -> None:
+    """Every ``--schemes`` item is a registered scheme, or ResiDual with its output options (``variants.py``)."""
     from fairseq_residual.schemes import SCHEMES
 
-    unknown = [s for s in schemes if s not in SCHEMES]
+    unknown = [s for s in schemes if s.partition(":")[0] not in SCHEMES]
     if unknown:
         raise ConfigError(f"unknown scheme(s) {', '.join(unknown)}: --schemes takes {', '.join(SCHEMES)}")
+    check_variants(schemes)
 
 
 def data_digest(databin: Path) -> str:
@@ -74,7 +77,10 @@ def data_digest(databin: Path) -> str:
 
 def training_command(databin, save_dir, run: LMRun, settings) -> List[str]:
     options = {key: getattr(settings, key) for key in TRAINING_SETTINGS}
-    return lm_train_command(databin, save_dir, scheme=run.scheme, layers=run.layers, seed=run.seed, **options)
+    scheme, model_options = variant_flags(run.scheme)
+    return lm_train_command(
+        databin, save_dir, scheme=scheme, layers=run.layers, seed=run.seed, model_options=model_options, **options
+    )
 
 
 def run_key(run: LMRun, settings, data_sha: str) -> str:
@@ -189,7 +195,11 @@ def parse_args(argv=None):
     )
     p.add_argument("--work", default=str(ROOT / "work" / "lm-cpu"), help="data and checkpoints")
     p.add_argument("--out", default=str(ROOT / "results" / "lm-cpu"), help="report folder")
-    p.add_argument("--schemes", nargs="+", help="default: every registered scheme")
+    p.add_argument(
+        "--schemes",
+        nargs="+",
+        help="default: every registered scheme; ResiDual with its output options: residual:scale=0.5",
+    )
     p.add_argument("--depths", type=int, nargs="+", default=[6, 12])
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     p.add_argument("--jobs", type=int, default=2, help="runs trained at the same time (one thread each)")

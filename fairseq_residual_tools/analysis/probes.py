@@ -59,9 +59,10 @@ def stacks_of(run: Dict) -> List[str]:
     return [side for side in STACKS if side in run]
 
 
-def fairseq_task(databin, task="translation"):
+def fairseq_task(databin, task="translation", lm_samples: Sequence[str] = ("--sample-break-mode", "eos")):
     """fairseq's task on a data-bin, configured as ``fairseq-generate DATA_BIN`` would be; a language model's
-    samples are single lines (``--sample-break-mode eos``), as the translation task's are sentence pairs."""
+    samples are single lines (``--sample-break-mode eos``), as the translation task's are sentence pairs, unless
+    ``lm_samples`` says otherwise (the LM study's blocks: ``commands.LM_BLOCKS``)."""
     from fairseq import options, tasks
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
@@ -72,7 +73,7 @@ def fairseq_task(databin, task="translation"):
                 f"--data {databin} is not a language-modeling data-bin (no {LM_DICTIONARY}): binarise text with "
                 "data-prep/prepare-monolingual.sh (fairseq-preprocess --only-source), or drop --task language_modeling"
             )
-        argv += ["--sample-break-mode", "eos"]
+        argv += list(lm_samples)
     parser = options.get_generation_parser(default_task=task)
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(parser, argv))
     return tasks.setup_task(cfg.task)
@@ -85,9 +86,10 @@ def load_batch(task, split="valid", sentences=64) -> Dict:
     return dataset.collater([dataset[i] for i in range(min(sentences, len(dataset)))])
 
 
-def build_at_init(task, scheme: str, layers: int, dim: int, heads: int, ffn: int, seed: int):
+def build_at_init(task, scheme: str, layers: int, dim: int, heads: int, ffn: int, seed: int, **options):
     """A freshly initialised residual_transformer, or residual_transformer_lm for a language_modeling task
-    (dropout off, shared embeddings if possible: the LM's input and output embeddings are always shared)."""
+    (dropout off, shared embeddings if possible: the LM's input and output embeddings are always shared);
+    ``options``: further model options (``residual_output_scale=0.5``)."""
     from fairseq.tasks.language_modeling import LanguageModelingTask
 
     from fairseq_residual.config import ResidualTransformerConfig
@@ -107,7 +109,7 @@ def build_at_init(task, scheme: str, layers: int, dim: int, heads: int, ffn: int
         overrides.update({key: getattr(task.args, key) for key in read_from_task})
     else:
         overrides["share_all_embeddings"] = task.source_dictionary == task.target_dictionary
-    overrides.update({f"{side}_{key}": value for side in sides for key, value in sizes.items()})
+    overrides.update({f"{side}_{key}": value for side in sides for key, value in sizes.items()}, **options)
     torch.manual_seed(seed)
     return model.build_model(dataclasses.replace(config, **overrides), task).eval()
 

@@ -34,6 +34,7 @@ from ..provenance import ROOT, describe, describe_git, git_state, provenance
 from ..runner import RunError
 from ..training_log import RULE as FAILS_RULE
 from ..training_log import json_record, log_span, outcome
+from .variants import check_variants, variant_flags, variant_name
 
 #: the command-line settings that go into every run's fairseq-train command
 TRAINING_SETTINGS = ("dim", "lr", "warmup", "max_tokens", "max_update", "validate_every", "log_interval")
@@ -49,7 +50,8 @@ class RunSpec:
 
     @property
     def name(self) -> str:
-        return f"{self.scheme}-e{self.layers}d{self.layers}-{'warmup' if self.warmup else 'nowarmup'}-seed{self.seed}"
+        warmup = "warmup" if self.warmup else "nowarmup"
+        return f"{variant_name(self.scheme)}-e{self.layers}d{self.layers}-{warmup}-seed{self.seed}"
 
 
 def grid(schemes: Sequence[str], depths: Sequence[int], seeds: Sequence[int]) -> List[RunSpec]:
@@ -63,7 +65,10 @@ def training_command(databin, save_dir, spec: RunSpec, settings) -> List[str]:
     options = {key: getattr(settings, key) for key in TRAINING_SETTINGS}
     if not spec.warmup:
         options["warmup_init_lr"] = settings.lr
-    return train_command(databin, save_dir, scheme=spec.scheme, layers=spec.layers, seed=spec.seed, **options)
+    scheme, model_options = variant_flags(spec.scheme)
+    return train_command(
+        databin, save_dir, scheme=scheme, layers=spec.layers, seed=spec.seed, model_options=model_options, **options
+    )
 
 
 def print_validation(name: str, line: str):
@@ -212,7 +217,12 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="fairseq-residual-cpu-study", description=__doc__.splitlines()[0])
     p.add_argument("--work", default=str(ROOT / "work" / "cpu-study"), help="data and checkpoints")
     p.add_argument("--out", default=str(ROOT / "results" / "cpu-study"), help="report folder")
-    p.add_argument("--schemes", nargs="+", default=["post", "pre", "residual"])
+    p.add_argument(
+        "--schemes",
+        nargs="+",
+        default=["post", "pre", "residual"],
+        help="schemes, or ResiDual with its output options: residual:scale=0.5 (analysis/variants.py)",
+    )
     p.add_argument("--depths", type=int, nargs="+", default=[6, 12])
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     p.add_argument("--jobs", type=int, default=3, help="runs trained at the same time (one thread each)")
@@ -276,6 +286,7 @@ def run_all(specs: List[RunSpec], data, refs, args, started: float) -> List[Dict
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
+    check_variants(args.schemes)
     started = time.time()
     work, out = Path(args.work), Path(args.out)
     data = prepare_demo_data(

@@ -271,6 +271,11 @@ def parse_args(argv: Sequence[str]):
     parser.add_argument("--depths", help="the claims' depths, comma-separated (default 6,12; 1,2 with --cpu-tiny)")
     parser.add_argument("--skip-torchrun", action="store_true", help="leave out the torchrun launch")
     parser.add_argument("--skip-bench", action="store_true", help="leave out the benchmark")
+    parser.add_argument(
+        "--skip-output-scale",
+        action="store_true",
+        help="leave out ResiDual with --residual-output-scale 0.5 in the claims (four trainings beside the default's)",
+    )
     parser.add_argument("--with-compiled", action="store_true", help="add the torch.compile run (opt-in: ~3 min)")
     parser.add_argument("--dry-run", action="store_true", help="print every run with its estimate; run nothing")
     parser.add_argument("--cpu-tiny", action="store_true", help="run every part on the CPU at tiny sizes")

@@ -4,7 +4,8 @@
    --fp16-init-scale 8 (the authors' OPUS-100 setting) and --amp, 200 updates each, all nine at once;
    ``torchrun`` (a launch through scripts/train.sh with the visible GPUs) runs beside them.
 2. ``claims``: the paper's depth and warmup claims on the embedded corpus: Post-LN, Pre-LN and ResiDual at IWSLT
-   E6D6 and E12D12 (d256), with and without warmup, all twelve at once for the time the budget leaves them, then
+   E6D6 and E12D12 (d256), with and without warmup, and ResiDual with ``--residual-output-scale 0.5`` beside the
+   default (``--skip-output-scale`` leaves it out), all sixteen at once for the time the budget leaves them, then
    each scored with BLEU (beam 5) on the held-out test set.
 3. ``bench``: the benchmark on the GPU (stock Post-LN, stock Pre-LN, ResiDual; IWSLT E6D6, WMT E18D18).
 4. ``compiled`` (opt-in: ``--with-compiled``): ResiDual E18D18 under torch.compile beside eager.
@@ -16,7 +17,7 @@ parts on the CPU at tiny sizes: the check's own code path, end to end, without a
 import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..commands import generate_command
 from ..runner import PLUGIN_DIR, fairseq_command
@@ -37,6 +38,8 @@ PRECISIONS: Dict[str, List[str]] = {
     "amp": ["--amp"],
 }
 SCHEMES = ("post", "pre", "residual")
+#: the claims' variant of ResiDual with its output scaled at init (docs/schemes.md): its label and its options
+SCALED_RESIDUAL: Tuple[str, str, Tuple[str, ...]] = ("residual-c0.5", "residual", ("--residual-output-scale", "0.5"))
 REFERENCE = "pre"
 TORCHRUN_CELL = "iwslt14/residual/e6d6"
 #: the embedded corpus at 4096 tokens a batch: ~290 sentences of ~14 BPE tokens, ~1,000 symbols (for the counts)
@@ -137,17 +140,26 @@ def precision_command(databin, scheme: str, precision: str, scale: Scale, stop_s
 
 
 def claims_command(
-    databin, save_dir: Path, scheme: str, layers: int, warmup: bool, updates: int, scale: Scale, stop_s: float
+    databin,
+    save_dir: Path,
+    scheme: str,
+    layers: int,
+    warmup: bool,
+    updates: int,
+    scale: Scale,
+    stop_s: float,
+    model_options: Sequence[object] = (),
 ) -> List[str]:
     """The paper's IWSLT model and settings (d256, dropout 0.3, Adam, lr 5e-4, label smoothing 0.1, 4096 tokens,
-    fp32) at ``layers``; warmup over a tenth of the planned updates from 1e-7, or none (starting at the peak).
-    ``updates`` is the planned count; the run stops at 4x that or when its time is up, whichever first."""
+    fp32) at ``layers``, with ``model_options`` (ResiDual's output scale); warmup over a tenth of the planned
+    updates from 1e-7, or none (starting at the peak). ``updates`` is the planned count; the run stops at 4x that
+    or when its time is up, whichever first."""
     warmup_updates = max(10, updates // 10)
     return fairseq_command(
         "train",
         databin,
         *("--user-dir", PLUGIN_DIR, "--arch", "residual_transformer_iwslt_de_en", "--residual-scheme", scheme),
-        *("--encoder-layers", layers, "--decoder-layers", layers, *_width_options(scale)),
+        *("--encoder-layers", layers, "--decoder-layers", layers, *_width_options(scale), *model_options),
         *("--share-all-embeddings", "--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--lr", "5e-4"),
         *("--weight-decay", "1e-4", "--lr-scheduler", "inverse_sqrt", "--warmup-updates", warmup_updates),
         *("--warmup-init-lr", "1e-7" if warmup else "5e-4"),
@@ -163,6 +175,18 @@ def claims_command(
 
 def claims_label(scheme: str, layers: int, warmup: bool) -> str:
     return f"{scheme} e{layers}d{layers} {'warmup' if warmup else 'no-warmup'}"
+
+
+Variant = Tuple[str, str, Tuple[str, ...]]
+
+
+def claims_variants(args) -> List[Variant]:
+    """(label, scheme, model options) of every scheme the claims train: the chosen schemes, then ResiDual with its
+    output scaled at init when ResiDual is one of them (unless ``--skip-output-scale``)."""
+    variants: List[Variant] = [(scheme, scheme, ()) for scheme in args.schemes]
+    if "residual" in args.schemes and not args.skip_output_scale:
+        variants.append(SCALED_RESIDUAL)
+    return variants
 
 
 def torchrun_command(databin, work: Path, gpus: int, scale: Scale) -> List[str]:
@@ -333,25 +357,27 @@ def build(args, estimator: Estimator, gpus: int, spent: Optional[float] = None) 
     for part in later:
         part.estimate_s = sum(r.estimate_s for r in part.runs)
 
-    # 2. claims: twelve trainings at once for the time left, then twelve BLEU scorings at once
+    # 2. claims: sixteen trainings at once for the time left, then sixteen BLEU scorings at once
     before = BUNDLE_INSTALL_S + DATA_S + parts[0].estimate_s if spent is None else spent
     used = before + sum(p.estimate_s for p in later if p.default)
     score_s = start + 5.0
     train_s = max(60.0, BUDGET_S - used - score_s)
     claim_workloads = {
-        (s, d): _corpus_workload("residual_transformer_iwslt_de_en", d, s)
+        (variant, d): _corpus_workload("residual_transformer_iwslt_de_en", d, variant[1])
         for d in scale.claims_depths
-        for s in args.schemes
+        for variant in claims_variants(args)
     }
     flops = 2 * sum(estimator.counts(w)["flops"] for w in claim_workloads.values())  # with and without warmup
     runs, scoring = [], []
-    for (scheme, layers), w in claim_workloads.items():
+    for ((variant, scheme, options), layers), w in claim_workloads.items():
         per_update = estimator.update(w, "fp32", flops)
         updates = scale.claims_updates or max(20, int((train_s - start) / per_update))
         for warmup in (True, False):
-            label = claims_label(scheme, layers, warmup)
+            label = claims_label(variant, layers, warmup)
             save_dir = work / "claims" / label.replace(" ", "-")
-            cmd = claims_command(databin, save_dir, scheme, layers, warmup, updates, scale, stop_s=train_s - start)
+            cmd = claims_command(
+                databin, save_dir, scheme, layers, warmup, updates, scale, stop_s=train_s - start, model_options=options
+            )
             name = label.replace(" ", "-")
             runs.append(
                 Run(

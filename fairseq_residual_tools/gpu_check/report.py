@@ -4,7 +4,7 @@ import json
 import math
 import re
 import statistics
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
 from ..markdown import table
 from ..provenance import describe
@@ -100,13 +100,25 @@ def _claim_cell(run: Optional[dict]) -> str:
     return f"{bleu}, {verdict}, {run['updates']} updates"
 
 
+#: the claims' variants the paper has no row for (plan.SCALED_RESIDUAL): their method column
+VARIANT_METHODS = {"residual-c0.5": "ResiDual, --residual-output-scale 0.5"}
+
+
 def claims_table(claims: Dict[str, dict], depths, paper: dict) -> str:
-    """Measured cells (BLEU, the fails rule, updates reached) beside the paper's warmup ablation."""
+    """Measured cells (BLEU, the fails rule, updates reached) beside the paper's warmup ablation; a variant the
+    paper does not have (ResiDual with its output scaled at init) follows with empty paper cells."""
     headers = (
         ["method", "warmup"] + [f"E{d}D{d} (measured)" for d in depths] + [f"{c} (paper)" for c in paper["columns"]]
     )
+    trained = dict.fromkeys(label.split()[0] for label in claims)
+    extra: List[Dict[str, Any]] = [
+        {"method": VARIANT_METHODS.get(name, name), "scheme": name, "warmup": warmup, "paper": {}}
+        for name in trained
+        if name not in {row["scheme"] for row in paper["rows"]}
+        for warmup in (True, False)
+    ]
     rows = []
-    for row in paper["rows"]:
+    for row in paper["rows"] + extra:
         measured = [
             _claim_cell(claims.get(f"{row['scheme']} e{d}d{d} {'warmup' if row['warmup'] else 'no-warmup'}"))
             for d in depths
@@ -116,7 +128,7 @@ def claims_table(claims: Dict[str, dict], depths, paper: dict) -> str:
                 row["method"],
                 "yes" if row["warmup"] else "no",
                 *measured,
-                *[str(row["paper"][c]) for c in paper["columns"]],
+                *[str(row["paper"].get(c, "-")) for c in paper["columns"]],
             ]
         )
     return table(headers, rows)

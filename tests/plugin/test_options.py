@@ -30,6 +30,7 @@ def test_the_scheme_options_are_shown_with_their_help_and_default(capsys):
     assert f"--residual-scheme {{{choices}}} how sub-layer outputs" in text
     assert "(default: residual)" in text
     assert "--dual-stream-scale DUAL_STREAM_SCALE ResiDual only:" in text
+    assert "--residual-output-alpha RESIDUAL_OUTPUT_ALPHA ResiDual schemes only:" in text
     assert "--encoder-embed-dim ENCODER_EMBED_DIM embedding dimension (default: 512)" in text
 
 
@@ -37,7 +38,8 @@ def test_a_presets_defaults_are_the_ones_shown(capsys):
     text = help_text(capsys, "--arch", "residual_transformer_opus100")
     assert "fairseq-train DATA --user-dir fairseq_residual --arch residual_transformer_opus100" in text
     assert "--encoder-layers ENCODER_LAYERS number of layers (default: 18)" in text
-    assert text.endswith("does not depend on s beyond LN's epsilon (default: 0.05)")
+    assert "does not depend on s beyond LN's epsilon (default: 0.05)" in text
+    assert text.endswith("(docs/schemes.md) (default: 1.0)")  # --residual-output-scale, the last option
     assert options.arch_defaults("residual_transformer_iwslt_de_en")["encoder_embed_dim"] == 256
 
 

@@ -51,13 +51,18 @@ def test_the_default_run_holds_every_part_of_the_issue_within_nine_minutes(estim
     )
 
 
-def test_the_claims_train_three_schemes_at_two_depths_with_and_without_warmup_then_score_each(estimator, tmp_path):
+def test_the_claims_train_three_schemes_and_scaled_residual_at_two_depths_with_and_without_warmup_then_score_each(
+    estimator, tmp_path
+):
     claims = parts_of(["--out", str(tmp_path)], estimator)["claims"]
-    assert len(claims.runs) == 12 and len(claims.then) == 12
+    assert len(claims.runs) == 16 and len(claims.then) == 16
     labels = {r.label for r in claims.runs}
-    assert labels == {
-        f"{s} e{d}d{d} {w}" for s in ("post", "pre", "residual") for d in (6, 12) for w in ("warmup", "no-warmup")
-    }
+    schemes = ("post", "pre", "residual", "residual-c0.5")
+    assert labels == {f"{s} e{d}d{d} {w}" for s in schemes for d in (6, 12) for w in ("warmup", "no-warmup")}
+    for run in claims.runs:  # only the scaled variant sets the output scale, on ResiDual
+        scaled = run.label.startswith("residual-c0.5 ")
+        assert ("--residual-scheme residual --encoder-layers" in options(run)) == run.label.startswith("residual")
+        assert ("--residual-output-scale 0.5" in options(run)) == scaled
     for run in claims.runs:
         text = options(run)
         assert "--arch residual_transformer_iwslt_de_en" in text and "--lr 5e-4" in text and "--fp16" not in text
@@ -67,6 +72,13 @@ def test_the_claims_train_three_schemes_at_two_depths_with_and_without_warmup_th
         assert f"--max-update {4 * run.planned_updates}" in text and "--stop-time-hours" in text
     assert all("fairseq_cli.generate" in options(r) and "--beam 5" in options(r) for r in claims.then)
     assert {r.save_dir for r in claims.runs} == {r.save_dir for r in claims.then}
+
+
+@pytest.mark.parametrize("argv", [["--skip-output-scale"], ["--schemes", "post,pre"]])
+def test_the_scaled_residual_is_left_out_on_request_or_without_residual(argv, estimator, tmp_path):
+    claims = parts_of([*argv, "--out", str(tmp_path)], estimator)["claims"]
+    assert not any("--residual-output-scale" in options(r) for r in claims.runs)
+    assert len(claims.runs) == 4 * (len({r.label.split()[0] for r in claims.runs}))
 
 
 def test_the_claims_get_the_time_the_run_has_left(estimator, tmp_path):
