@@ -12,6 +12,8 @@ never runs again. Loading the plugin changes this:
 * under FSDP with ``--use-sharded-state`` (each rank resumes from its own ``checkpoint_last-shardN.pt``)
   the fallback is decided once for all ranks (``agreed_resume_path``): the newest checkpoint every
   rank can read, so that no rank resumes at another update than the others;
+* resuming, generating or scoring with a checkpoint of the other task (a language model's for a translation,
+  or the reverse) says what the checkpoint is and what reads it (``task_kinds``);
 * resuming a checkpoint of another architecture names both architectures; resuming or generating
   with other dimensions (``--encoder-ffn-embed-dim``, ``--model-overrides``, ...) names the options and
   both values; a data folder whose dictionary is not the checkpoint's says whether it is the folder the
@@ -44,7 +46,7 @@ from typing import Dict, List, Optional
 import torch
 from fairseq import checkpoint_utils
 from fairseq.file_io import PathManager
-from fairseq.tasks import FairseqTask
+from fairseq.tasks import TASK_REGISTRY, FairseqTask
 from fairseq.trainer import Trainer
 
 from .errors import (
@@ -55,6 +57,7 @@ from .errors import (
     DimensionMismatchError,
     UnsafeCheckpointError,
 )
+from .task_kinds import check_checkpoint, task_kind
 
 logger = logging.getLogger(__name__)
 
@@ -325,6 +328,13 @@ def _dictionary_mismatch(filename: str, trained_on: Optional[str], data: str, wo
     return DictionaryChangedError(f"{what}; {fix}")
 
 
+def _task_of(task) -> str:
+    """The kind of a running fairseq task (``task_kinds``), or its registered name for any other (its ``cfg`` does
+    not always hold the name: ``language_modeling``'s is None)."""
+    name = next((name for name, cls in TASK_REGISTRY.items() if cls is type(task)), "")
+    return task_kind(name) or name
+
+
 def _data_folder(task) -> str:
     return str(getattr(getattr(task, "cfg", None), "data", None) or "the data folder")
 
@@ -338,6 +348,10 @@ def _resuming_load_checkpoint(load_checkpoint):
             filename = agreed_resume_path(filename)  # on every rank, whether or not its file exists
         elif os.path.lexists(filename) and local:
             filename = resume_path(filename)
+        if local and damage(filename) is None:
+            task = _task_of(self.task)
+            fix = f"this run trains with --task {task}: give it another --save-dir, or --restore-file a checkpoint "
+            check_checkpoint(filename, _load_lazily(filename), task, fix + f"trained with --task {task}")
         try:
             return load_checkpoint(self, filename, *args, **kwargs)
         except Exception as error:
@@ -419,6 +433,10 @@ def _checking_load_model_ensemble_and_task(load_model_ensemble_and_task):
                     )
                     if not PathManager.path_requires_pathmanager(name) and not os.path.exists(name):
                         raise CheckpointFileError(f"checkpoint {name} does not exist; {_PATH_FIX}")
+                    if a["task"] is not None and not PathManager.path_requires_pathmanager(name) and not damage(name):
+                        task = _task_of(a["task"])
+                        fix = f"this command runs --task {task}: give --path a checkpoint trained with --task {task}"
+                        check_checkpoint(name, _load_lazily(name), task, fix)
         try:
             return load_model_ensemble_and_task(*args, **kwargs)
         except Exception as error:
