@@ -40,9 +40,16 @@ def model_parser(arch: str) -> argparse.ArgumentParser:
         allow_abbrev=False,
     )
     MODEL_REGISTRY[ARCH_MODEL_NAME_REGISTRY[arch]].add_args(parser)
-    defaults = arch_defaults(arch)
+    defaults = {name: _shown(value) for name, value in arch_defaults(arch).items()}
     parser.set_defaults(**{a.dest: defaults[a.dest] for a in parser._actions if a.dest in defaults})
     return parser
+
+
+def _shown(default):
+    """A default as a reader knows it: ``${model.decoder_embed_dim}`` (the value of another option) as the option."""
+    if isinstance(default, str) and default.startswith("${model.") and default.endswith("}"):
+        return "--" + default[len("${model.") : -1].replace("_", "-")
+    return default
 
 
 def main(argv: Optional[List[str]] = None) -> None:

@@ -56,6 +56,12 @@ def test_a_presets_defaults_are_the_ones_shown(capsys):
     assert options.arch_defaults("residual_transformer_iwslt_de_en")["encoder_embed_dim"] == 256
 
 
+def test_the_language_models_input_and_output_dims_are_shown_following_its_width(capsys):
+    text = help_text(capsys, "--arch", "residual_transformer_lm")
+    assert "--decoder-input-dim DECODER_INPUT_DIM the embedding's width" in text
+    assert text.count("(default: --decoder-embed-dim)") == 2
+
+
 @pytest.mark.slow
 def test_fairseq_train_help_omits_the_model_options():
     """Why the module exists: fairseq prints --help before it adds the --arch's options."""
