@@ -57,7 +57,7 @@ from .errors import (
     DimensionMismatchError,
     UnsafeCheckpointError,
 )
-from .task_kinds import check_checkpoint, task_kind
+from .task_kinds import check_checkpoint, checkpoint_task, task_kind
 
 logger = logging.getLogger(__name__)
 
@@ -328,11 +328,24 @@ def _dictionary_mismatch(filename: str, trained_on: Optional[str], data: str, wo
     return DictionaryChangedError(f"{what}; {fix}")
 
 
-def _task_of(task) -> str:
-    """The kind of a running fairseq task (``task_kinds``), or its registered name for any other (its ``cfg`` does
-    not always hold the name: ``language_modeling``'s is None)."""
-    name = next((name for name, cls in TASK_REGISTRY.items() if cls is type(task)), "")
-    return task_kind(name) or name
+def check_checkpoint_task(path: str, task: str, fix: str) -> None:
+    """One line (``task_kinds``) if the checkpoint ``path`` was trained for the other task than ``task`` (a language
+    model's for a translation, or the reverse); ``fix`` says what to give instead."""
+    state = read_checkpoint(path)
+    check_checkpoint(path, checkpoint_task(state), _trained_architecture(state), task, fix)
+
+
+def _check_task(path: str, task, resuming: bool) -> None:
+    """``check_checkpoint_task`` for the running fairseq ``task``, found by its class (its ``cfg`` does not always
+    hold its name: ``language_modeling``'s is None), with the fix for resuming or for ``--path``."""
+    kind = task_kind(next((name for name, cls in TASK_REGISTRY.items() if cls is type(task)), None))
+    if kind is None:
+        return
+    if resuming:
+        fix = f"this run trains with --task {kind}: give it another --save-dir, or --restore-file a checkpoint"
+    else:
+        fix = f"this command runs --task {kind}: give --path a checkpoint"
+    check_checkpoint_task(path, kind, f"{fix} trained with --task {kind}")
 
 
 def _data_folder(task) -> str:
@@ -349,9 +362,7 @@ def _resuming_load_checkpoint(load_checkpoint):
         elif os.path.lexists(filename) and local:
             filename = resume_path(filename)
         if local and damage(filename) is None:
-            task = _task_of(self.task)
-            fix = f"this run trains with --task {task}: give it another --save-dir, or --restore-file a checkpoint "
-            check_checkpoint(filename, _load_lazily(filename), task, fix + f"trained with --task {task}")
+            _check_task(filename, getattr(self, "task", None), resuming=True)
         try:
             return load_checkpoint(self, filename, *args, **kwargs)
         except Exception as error:
@@ -431,12 +442,11 @@ def _checking_load_model_ensemble_and_task(load_model_ensemble_and_task):
                     name = checkpoint_utils.get_maybe_sharded_checkpoint_filename(
                         filename, a["suffix"], shard, a["num_shards"]
                     )
-                    if not PathManager.path_requires_pathmanager(name) and not os.path.exists(name):
+                    on_disk = not PathManager.path_requires_pathmanager(name)
+                    if on_disk and not os.path.exists(name):
                         raise CheckpointFileError(f"checkpoint {name} does not exist; {_PATH_FIX}")
-                    if a["task"] is not None and not PathManager.path_requires_pathmanager(name) and not damage(name):
-                        task = _task_of(a["task"])
-                        fix = f"this command runs --task {task}: give --path a checkpoint trained with --task {task}"
-                        check_checkpoint(name, _load_lazily(name), task, fix)
+                    if on_disk and damage(name) is None:
+                        _check_task(name, a["task"], resuming=False)  # the hub gives no task: it checks its own
         try:
             return load_model_ensemble_and_task(*args, **kwargs)
         except Exception as error:

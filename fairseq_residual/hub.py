@@ -178,12 +178,10 @@ def load_language_model(checkpoint, data_prep_out, cpu: bool = True, **overrides
 
 def _check_task(checkpoint, task: str, loader: str) -> None:
     """A one-line error if ``checkpoint`` was trained for the other task than ``task`` (``task_kinds``)."""
-    from .checkpoint_reading import read_checkpoint
-    from .task_kinds import check_checkpoint
+    from .checkpoint_reading import check_checkpoint_task
 
     if Path(checkpoint).is_file():  # a missing one is _from_pretrained's to name
-        fix = f"{loader} needs a checkpoint trained with --task {task}"
-        check_checkpoint(checkpoint, read_checkpoint(str(checkpoint)), task, fix)
+        check_checkpoint_task(str(checkpoint), task, f"{loader} needs a checkpoint trained with --task {task}")
 
 
 def _from_pretrained(model_cls, checkpoint, out: Path, record: dict, cpu: bool, **overrides):

@@ -75,22 +75,12 @@ def checkpoint_task(state) -> Optional[str]:
     return getattr(state.get("args"), "task", None)
 
 
-def _checkpoint_arch(state) -> str:
-    cfg = state.get("cfg")
-    model = cfg.get("model") if cfg is not None else None
-    if model is None:
-        return str(getattr(state.get("args"), "arch", "unknown"))
-    get = model.get if hasattr(model, "get") else lambda key, default=None: getattr(model, key, default)
-    return str(get("arch", None) or get("_name", None) or "unknown")
-
-
-def check_checkpoint(path, state, task: str, fix: str) -> None:
-    """An ``ArchitectureMismatchError`` naming what the checkpoint ``path`` (its contents ``state``) is if it was
-    trained for the other ``task``; ``fix`` says what to give instead, for the command at hand."""
-    found = task_kind(checkpoint_task(state))
+def check_checkpoint(path, trained_task, arch: str, task: str, fix: str) -> None:
+    """An ``ArchitectureMismatchError`` naming what the checkpoint ``path`` is (trained with ``--task trained_task
+    --arch arch``) if that is the other ``task``'s; ``fix`` says what to give instead, for the command at hand."""
+    found = task_kind(trained_task)
     if found is None or found == task or task not in _WHAT:
         return
     raise ArchitectureMismatchError(
-        f"{path} is {_WHAT[found]} checkpoint "
-        f"(--task {checkpoint_task(state)}, --arch {_checkpoint_arch(state)}): {_READERS[found]}; {fix}"
+        f"{path} is {_WHAT[found]} checkpoint (--task {trained_task}, --arch {arch}): {_READERS[found]}; {fix}"
     )
