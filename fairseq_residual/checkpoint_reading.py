@@ -12,6 +12,8 @@ never runs again. Loading the plugin changes this:
 * under FSDP with ``--use-sharded-state`` (each rank resumes from its own ``checkpoint_last-shardN.pt``)
   the fallback is decided once for all ranks (``agreed_resume_path``): the newest checkpoint every
   rank can read, so that no rank resumes at another update than the others;
+* resuming, generating or scoring with a checkpoint of the other task (a language model's for a translation,
+  or the reverse) says what the checkpoint is and what reads it (``task_kinds``);
 * resuming a checkpoint of another architecture names both architectures; resuming or generating
   with other dimensions (``--encoder-ffn-embed-dim``, ``--model-overrides``, ...) names the options and
   both values; a data folder whose dictionary is not the checkpoint's says whether it is the folder the
@@ -44,7 +46,7 @@ from typing import Dict, List, Optional
 import torch
 from fairseq import checkpoint_utils
 from fairseq.file_io import PathManager
-from fairseq.tasks import FairseqTask
+from fairseq.tasks import TASK_REGISTRY, FairseqTask
 from fairseq.trainer import Trainer
 
 from .errors import (
@@ -55,6 +57,7 @@ from .errors import (
     DimensionMismatchError,
     UnsafeCheckpointError,
 )
+from .task_kinds import check_checkpoint, checkpoint_task, task_kind
 
 logger = logging.getLogger(__name__)
 
@@ -325,6 +328,26 @@ def _dictionary_mismatch(filename: str, trained_on: Optional[str], data: str, wo
     return DictionaryChangedError(f"{what}; {fix}")
 
 
+def check_checkpoint_task(path: str, task: str, fix: str) -> None:
+    """One line (``task_kinds``) if the checkpoint ``path`` was trained for the other task than ``task`` (a language
+    model's for a translation, or the reverse); ``fix`` says what to give instead."""
+    state = read_checkpoint(path)
+    check_checkpoint(path, checkpoint_task(state), _trained_architecture(state), task, fix)
+
+
+def _check_task(path: str, task, resuming: bool) -> None:
+    """``check_checkpoint_task`` for the running fairseq ``task``, found by its class (its ``cfg`` does not always
+    hold its name: ``language_modeling``'s is None), with the fix for resuming or for ``--path``."""
+    kind = task_kind(next((name for name, cls in TASK_REGISTRY.items() if cls is type(task)), None))
+    if kind is None:
+        return
+    if resuming:
+        fix = f"this run trains with --task {kind}: give it another --save-dir, or --restore-file a checkpoint"
+    else:
+        fix = f"this command runs --task {kind}: give --path a checkpoint"
+    check_checkpoint_task(path, kind, f"{fix} trained with --task {kind}")
+
+
 def _data_folder(task) -> str:
     return str(getattr(getattr(task, "cfg", None), "data", None) or "the data folder")
 
@@ -338,6 +361,8 @@ def _resuming_load_checkpoint(load_checkpoint):
             filename = agreed_resume_path(filename)  # on every rank, whether or not its file exists
         elif os.path.lexists(filename) and local:
             filename = resume_path(filename)
+        if local and damage(filename) is None:
+            _check_task(filename, getattr(self, "task", None), resuming=True)
         try:
             return load_checkpoint(self, filename, *args, **kwargs)
         except Exception as error:
@@ -417,8 +442,11 @@ def _checking_load_model_ensemble_and_task(load_model_ensemble_and_task):
                     name = checkpoint_utils.get_maybe_sharded_checkpoint_filename(
                         filename, a["suffix"], shard, a["num_shards"]
                     )
-                    if not PathManager.path_requires_pathmanager(name) and not os.path.exists(name):
+                    on_disk = not PathManager.path_requires_pathmanager(name)
+                    if on_disk and not os.path.exists(name):
                         raise CheckpointFileError(f"checkpoint {name} does not exist; {_PATH_FIX}")
+                    if on_disk and damage(name) is None:
+                        _check_task(name, a["task"], resuming=False)  # the hub gives no task: it checks its own
         try:
             return load_model_ensemble_and_task(*args, **kwargs)
         except Exception as error:

@@ -1,11 +1,13 @@
-"""A missing data folder, or one without the language pair or split asked for: one line, not a traceback.
+"""A missing data folder, the other task's data-bin, or one without the language pair or split asked for: one
+line, not a traceback.
 
-fairseq's translation task finds these out late and deep (``os.listdir`` in
-``infer_language_pair``, ``Dictionary.load``, ``load_langpair_dataset``), so the user gets a
-``FileNotFoundError`` traceback or a bare ``Exception: Could not infer language pair``, also under
-``fairseq-hydra-train``. Loading the plugin checks the data folder when a task is set up for
-training or generation (``tasks.setup_task``; not when a model is loaded from a checkpoint, which
-names the folder it was trained on) and names a missing split, raising ``DataError`` each time.
+fairseq's tasks find these out late and deep (``os.listdir`` in ``infer_language_pair``,
+``Dictionary.load`` of ``dict.txt``, ``load_langpair_dataset``), so the user gets a ``FileNotFoundError``
+traceback or a bare ``Exception: Could not infer language pair``, also under ``fairseq-hydra-train``.
+Loading the plugin checks the data folder when a task is set up for training, generation or
+``fairseq-eval-lm`` (``tasks.setup_task``; not when a model is loaded from a checkpoint, which names the
+folder it was trained on): a language model's data-bin given to a translation, or the reverse, is named as
+such (``task_kinds``), and a missing split is named, raising ``DataError`` each time.
 """
 
 import functools
@@ -18,6 +20,7 @@ from fairseq.file_io import PathManager
 from fairseq.tasks import translation
 
 from .errors import DataError
+from .task_kinds import LANGUAGE_MODEL, TRANSLATION, check_data_bin, data_bin_kind
 
 _MAKE_DATA = "make one with data-prep/ (it writes OUT/bin) or fairseq-preprocess"
 
@@ -35,8 +38,16 @@ def check_data_folder(cfg) -> None:
     for path in paths:
         if not os.path.isdir(path):
             raise DataError(f"data folder {path} does not exist: correct the path, or {_MAKE_DATA}")
-    if _task_name(cfg) == "translation" and paths:
+    task = _task_name(cfg)
+    if task in (TRANSLATION, LANGUAGE_MODEL) and paths:
+        check_data_bin(paths[0], task)
+    if task == TRANSLATION and paths:
         _check_language_pair(paths[0], getattr(cfg, "source_lang", None), getattr(cfg, "target_lang", None))
+    if task == LANGUAGE_MODEL and paths and data_bin_kind(paths[0]) is None:
+        raise DataError(
+            f"{paths[0]} holds no dict.txt, so no language-model data-bin: give the data-bin folder itself "
+            f"(OUT/bin for data-prep/prepare-monolingual.sh), or make one with it or fairseq-preprocess --only-source"
+        )
 
 
 def _check_language_pair(folder: str, src, tgt) -> None:

@@ -38,6 +38,17 @@ from typing import List, Union
 
 from .errors import DataError
 
+#: summary.json's record of each kind of data-prep folder -> what the folder is, the loader that reads it, and
+#: the recipes that make it
+KINDS = {
+    "translation": ("a translation data-prep folder", "load_translator", "a translation recipe (data-prep/)"),
+    "language_model": (
+        "a language-model data-prep folder",
+        "load_language_model",
+        "data-prep/prepare-monolingual.sh",
+    ),
+}
+
 
 def read_translation_record(data_prep_out) -> dict:
     """``summary.json``'s ``translation`` record of a data-prep output folder."""
@@ -56,7 +67,13 @@ def _read_record(data_prep_out, key: str, or_else: str) -> dict:
             f"no {summary}: data_prep_out must be the --out folder of data-prep/prepare-*.sh "
             "(the one holding summary.json, bin/ and text/)"
         )
-    record = json.loads(summary.read_text()).get(key)
+    records = json.loads(summary.read_text())
+    record = records.get(key)
+    other = next((kind for kind in KINDS if kind != key and kind in records), None)
+    if record is None and other is not None:
+        what, loader, _ = KINDS[other]
+        _, needs, made_by = KINDS[key]
+        raise DataError(f"{data_prep_out} is {what}: {loader} reads it; {needs} needs the --out folder of {made_by}")
     if record is None:
         raise DataError(
             f"{summary} records no tokeniser and subword settings (written before they were recorded, "
@@ -141,6 +158,7 @@ def load_translator(checkpoint, data_prep_out, cpu: bool = True, **overrides) ->
     out = Path(data_prep_out)
     record = read_translation_record(out)
     langs = dict(source_lang=record["source_lang"], target_lang=record["target_lang"])
+    _check_task(checkpoint, "translation", "load_translator")
     hub = _from_pretrained(ResidualTransformerModel, checkpoint, out, record, cpu, **langs, **overrides)
     return Translator(hub, record)
 
@@ -152,9 +170,18 @@ def load_language_model(checkpoint, data_prep_out, cpu: bool = True, **overrides
 
     out = Path(data_prep_out)
     record = read_language_model_record(out)
+    _check_task(checkpoint, "language_modeling", "load_language_model")
     return LanguageModel(
         _from_pretrained(ResidualTransformerLanguageModel, checkpoint, out, record, cpu, **overrides), record
     )
+
+
+def _check_task(checkpoint, task: str, loader: str) -> None:
+    """A one-line error if ``checkpoint`` was trained for the other task than ``task`` (``task_kinds``)."""
+    from .checkpoint_reading import check_checkpoint_task
+
+    if Path(checkpoint).is_file():  # a missing one is _from_pretrained's to name
+        check_checkpoint_task(str(checkpoint), task, f"{loader} needs a checkpoint trained with --task {task}")
 
 
 def _from_pretrained(model_cls, checkpoint, out: Path, record: dict, cpu: bool, **overrides):

@@ -19,7 +19,7 @@ constants of its own, alpha = (2M)^(1/4), beta = (8M)^(-1/4), against (3M)^(1/4)
 import copy
 import dataclasses
 from argparse import Namespace
-from typing import Any, Dict
+from typing import Any, Dict, List, Tuple
 
 from fairseq.models import ARCH_CONFIG_REGISTRY, register_model, register_model_architecture
 from fairseq.models.transformer_lm import (
@@ -27,6 +27,7 @@ from fairseq.models.transformer_lm import (
     TransformerLanguageModel,
     TransformerLanguageModelConfig,
 )
+from omegaconf import II
 from torch import nn
 
 from .config import _SCHEME_FIELDS, flat_values, to_transformer_config
@@ -44,8 +45,27 @@ from .schemes import get_scheme
 
 MODEL = "residual_transformer_lm"
 
+#: fairseq's ``--decoder-input-dim`` / ``--decoder-output-dim`` default to 512 whatever ``--decoder-embed-dim`` says:
+#: ``--decoder-embed-dim 64`` alone built a 512-wide embedding projected to 64 and back (issue 34; 5.86M parameters
+#: against 2.20M at 8,016 words, embeddings shared). Here they follow the width unless given, as in fairseq's
+#: presets, its nested DecoderConfig and the translation model's options; given explicitly, they build what stock
+#: transformer_lm does.
+_WIDTH_FOLLOWING = {
+    "decoder_input_dim": "the embedding's width (projected to --decoder-embed-dim if it differs)",
+    "decoder_output_dim": "the width before the output projection (projected from --decoder-embed-dim if it differs)",
+}
+_WIDTH_FIELDS: List[Tuple[str, Any, Any]] = [
+    (
+        f.name,
+        f.type,
+        dataclasses.field(default=II("model.decoder_embed_dim"), metadata={"help": _WIDTH_FOLLOWING[f.name]}),
+    )
+    for f in dataclasses.fields(TransformerLanguageModelConfig)
+    if f.name in _WIDTH_FOLLOWING
+]
+
 ResidualTransformerLanguageModelConfig = dataclasses.make_dataclass(
-    "ResidualTransformerLanguageModelConfig", _SCHEME_FIELDS, bases=(TransformerLanguageModelConfig,)
+    "ResidualTransformerLanguageModelConfig", _WIDTH_FIELDS + _SCHEME_FIELDS, bases=(TransformerLanguageModelConfig,)
 )
 ResidualTransformerLanguageModelConfig.__module__ = __name__
 ResidualTransformerLanguageModelConfig.__doc__ = (
@@ -71,9 +91,13 @@ def initialize_decoder_only(scheme, decoder: ResidualTransformerDecoder, cfg) ->
 
 
 def decoder_only_config(args) -> Dict[str, Any]:
-    """The flat options of the LM's decoder: those of ``args``, with what fairseq's ``build_model`` of
-    ``transformer_lm`` fills in, and the encoder's depth equal to the decoder's (see the module's doc)."""
+    """The flat options of the LM's decoder: those of ``args``, with the input and output dims following the width
+    where not given, what fairseq's ``build_model`` of ``transformer_lm`` fills in, and the encoder's depth equal to
+    the decoder's (see the module's doc)."""
     values = flat_values(args)
+    for key in _WIDTH_FOLLOWING:  # None or the interpolation's text where no config resolved it
+        if values.get(key) is None or isinstance(values.get(key), str):
+            values[key] = values["decoder_embed_dim"]
     if values.get("decoder_layers_to_keep"):
         values["decoder_layers"] = len(values["decoder_layers_to_keep"].split(","))
     if values.get("max_target_positions") is None:

@@ -86,9 +86,10 @@ PATCHES: List[Patch] = [
     ),
     Patch(
         "resume from a readable checkpoint",
-        "Trainer.load_checkpoint falls back to the newest readable checkpoint; loading a checkpoint of another "
-        "scheme, architecture, dimensions or dictionary, an unreadable --path, or one that torch's safe loading "
-        "refuses (it carries code) stops with one line naming the file and the difference; a resumed run's "
+        "Trainer.load_checkpoint falls back to the newest readable checkpoint; loading a checkpoint of the other "
+        "task (a language model's for a translation, or the reverse), another scheme, architecture, dimensions or "
+        "dictionary, an unreadable --path, or one that torch's safe loading refuses (it carries code) stops with "
+        "one line naming the file and the difference; a resumed run's "
         "reusable batches are made with epoch 1's seed, as the uninterrupted run's",
         "an unreadable checkpoint_last.pt stopped every later start; a wrong checkpoint failed with a long "
         "state-dict or unpickling traceback; a run resumed after an epoch's end batched other sentences together",
@@ -115,8 +116,8 @@ PATCHES: List[Patch] = [
     ),
     Patch(
         "check the data folder",
-        "tasks.setup_task and translation.load_langpair_dataset check the data folder, language pair, split and "
-        "joined dictionary first",
+        "tasks.setup_task and translation.load_langpair_dataset check the data folder, its task (a language "
+        "model's data-bin given to a translation, or the reverse), language pair, split and joined dictionary first",
         "fairseq's own errors for these name neither the folder nor the fix",
         None,
         data_folder.apply,

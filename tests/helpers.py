@@ -205,6 +205,20 @@ def _child(args, cwd, env, out_fd, err_fd):
             os._exit(code)
 
 
+def doc_commands(page: str):
+    """The indented commands of ``docs/<page>`` (``fairseq-*`` and ``data-prep/*``), continuation lines joined:
+    program -> its arguments, the first command of each program."""
+    import re
+    import shlex
+
+    text = (ROOT / "docs" / page).read_text().replace("\\\n", " ")
+    commands = {}
+    for line in re.findall(r"^    ((?:fairseq-|data-prep/)\S+ .*)$", text, flags=re.M):
+        program, *args = shlex.split(line)
+        commands.setdefault(program, args)
+    return commands
+
+
 # fairseq-train on the demo data-bin, a model small enough for a few CPU seconds
 TINY_MODEL = [
     "--encoder-layers",

@@ -26,6 +26,13 @@ def test_a_folder_without_binarised_data_points_at_the_data_bin(demo_databin):
         check_data_folder(task_cfg(demo_databin.root))
 
 
+def test_a_folder_without_dict_txt_is_named_for_a_language_model(demo_databin):
+    # data-prep's OUT instead of OUT/bin: fairseq's language_modeling task ends in FileNotFoundError dict.txt
+    lm = Namespace(_name="language_modeling", data=str(demo_databin.root))
+    with pytest.raises(DataError, match=f"{demo_databin.root} holds no dict.txt, so no language-model data-bin"):
+        check_data_folder(lm)
+
+
 def test_a_language_pair_the_folder_does_not_hold_is_named(demo_databin):
     with pytest.raises(DataError, match="--source-lang de: data folder .* has the pair src-tgt \\(no dict.de.txt\\)"):
         check_data_folder(task_cfg(demo_databin.databin, "de", "en"))

@@ -6,13 +6,20 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
+from fairseq import models, options
+from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.models import ARCH_CONFIG_REGISTRY
 from fairseq.models.transformer_lm import TransformerLanguageModel
 from helpers import TinyTask, build_lm, lm_args, lm_batch
+from omegaconf import OmegaConf
 from torch import nn
 
 from fairseq_residual.errors import CheckpointMismatchError, ConfigError
-from fairseq_residual.language_model import PRESETS, ResidualTransformerLanguageModel
+from fairseq_residual.language_model import (
+    PRESETS,
+    ResidualTransformerLanguageModel,
+    ResidualTransformerLanguageModelConfig,
+)
 from fairseq_residual.model import SCHEME_KEY
 from fairseq_residual.schemes import SCHEMES
 
@@ -149,10 +156,10 @@ def test_presets_take_fairseq_sizes_and_leave_layer_norm_placement_to_the_scheme
 
 
 @pytest.mark.parametrize("scheme", list(SCHEMES))
-def test_only_the_embed_dim_given_builds_as_stock_does(scheme):
-    """--decoder-embed-dim alone leaves fairseq's --decoder-input-dim / --decoder-output-dim at 512: stock
-    transformer_lm then projects the 512-wide embedding in and the 16-wide stack out, and its stack-top
-    LayerNorm is at the stack's width. Every scheme builds and runs so, and Pre-LN is stock's function."""
+def test_input_and_output_dims_other_than_the_width_build_as_stock_does(scheme):
+    """--decoder-input-dim / --decoder-output-dim given as 512 on a 16-wide stack: stock transformer_lm then
+    projects the 512-wide embedding in and the 16-wide stack out, and its stack-top LayerNorm is at the stack's
+    width. Every scheme builds and runs so, and Pre-LN is stock's function."""
     task = TinyTask()
     dims = dict(decoder_input_dim=512, decoder_output_dim=512)
     model = build_lm(task, scheme=scheme, layers=2, **dims)
@@ -169,3 +176,82 @@ def test_only_the_embed_dim_given_builds_as_stock_does(scheme):
         stock.load_state_dict({k: v for k, v in model.state_dict().items() if k != SCHEME_KEY}, strict=True)
         with torch.no_grad():
             torch.testing.assert_close(out, stock(tokens)[0], atol=1e-6, rtol=0)
+
+
+def parsed_lm(task, *flags):
+    """The model ``fairseq-train DATA --task language_modeling FLAGS`` builds: fairseq's own parsing, its presets
+    and its conversion of the command line to the config the model is built from."""
+    parser = options.get_training_parser(default_task="language_modeling")
+    args = options.parse_args_and_arch(parser, ["DATA", "--task", "language_modeling", "--dropout", "0", *flags])
+    return models.build_model(convert_namespace_to_omegaconf(args).model, task).eval()
+
+
+SMALL = ["--decoder-layers", "2", "--decoder-ffn-embed-dim", "32", "--decoder-attention-heads", "2"]
+
+
+def test_decoder_embed_dim_alone_sets_the_width_of_the_embedding_and_the_output_too():
+    """The issue's ``--arch residual_transformer_lm --decoder-embed-dim 64`` built a 512-wide embedding with
+    projections to 64 and back (fairseq's --decoder-input-dim / --decoder-output-dim default to 512)."""
+    task = TinyTask()
+    model = parsed_lm(task, "--arch", "residual_transformer_lm", "--decoder-embed-dim", "64", *SMALL)
+    decoder = model.decoder
+    assert decoder.embed_tokens.embedding_dim == 64 and decoder.output_projection.in_features == 64
+    assert decoder.project_in_dim is None and decoder.project_out_dim is None
+    explicit = parsed_lm(
+        task,
+        "--arch",
+        "residual_transformer_lm",
+        "--decoder-embed-dim",
+        "64",
+        *SMALL,
+        "--decoder-input-dim",
+        "64",
+        "--decoder-output-dim",
+        "64",
+    )
+    assert {k: v.shape for k, v in model.state_dict().items()} == {k: v.shape for k, v in explicit.state_dict().items()}
+
+
+def test_input_and_output_dims_given_explicitly_are_kept():
+    task = TinyTask()
+    flags = ["--arch", "residual_transformer_lm", "--decoder-embed-dim", "16", *SMALL, "--decoder-input-dim", "24"]
+    decoder = parsed_lm(task, *flags, "--decoder-output-dim", "32").decoder
+    assert decoder.embed_tokens.embedding_dim == 24 and decoder.project_in_dim.weight.shape == (16, 24)
+    assert decoder.project_out_dim.weight.shape == (32, 16) and decoder.output_projection.in_features == 32
+
+
+def test_a_presets_width_given_on_the_command_line_sets_the_embedding_and_output_width():
+    decoder = parsed_lm(TinyTask(), "--arch", "residual_transformer_lm_gpt2_tiny", "--decoder-embed-dim", "32").decoder
+    assert decoder.embed_tokens.embedding_dim == 32 and decoder.project_in_dim is None
+
+
+def test_hydra_model_decoder_embed_dim_alone_sets_the_input_and_output_width():
+    """hydra's ``model.decoder_embed_dim=64``: the config's interpolation, as the translation model's."""
+    from fairseq.dataclass.configs import CommonConfig
+    from fairseq.tasks.language_modeling import LanguageModelingConfig
+
+    structured = {"model": ResidualTransformerLanguageModelConfig, "task": LanguageModelingConfig}
+    structured["common"] = CommonConfig
+    cfg = OmegaConf.create({key: OmegaConf.structured(config) for key, config in structured.items()})
+    cfg.model.update(decoder_embed_dim=24, decoder_layers=1, decoder_attention_heads=2)
+    decoder = ResidualTransformerLanguageModel.build_model(cfg.model, TinyTask()).decoder
+    assert decoder.embed_tokens.embedding_dim == 24 and decoder.project_in_dim is None
+    assert decoder.project_out_dim is None and decoder.output_projection.in_features == 24
+
+
+@pytest.mark.parametrize("scheme,normalize_before", [("post", False), ("pre", True)])
+def test_post_and_pre_with_only_the_width_given_equal_stock_transformer_lm_of_the_same_explicit_sizes(
+    scheme, normalize_before
+):
+    """Stock transformer_lm keeps 512-wide input and output dims under --decoder-embed-dim alone: with them given
+    as the width, it is our model's function, parameter for parameter."""
+    task = TinyTask()
+    width = ["--decoder-embed-dim", "16", *SMALL]
+    ours = parsed_lm(task, "--arch", "residual_transformer_lm", "--residual-scheme", scheme, *width)
+    stock_flags = ["--arch", "transformer_lm", *width, "--decoder-input-dim", "16", "--decoder-output-dim", "16"]
+    stock = parsed_lm(task, *stock_flags, *(["--decoder-normalize-before"] if normalize_before else []))
+    stock.load_state_dict({k: v for k, v in ours.state_dict().items() if k != SCHEME_KEY}, strict=True)
+    tokens = lm_batch(task)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(tokens)[0], stock(tokens)[0], atol=1e-6, rtol=0)
+    assert len(ours.state_dict()) == len(stock.state_dict()) + 1  # the scheme's tag

@@ -4,12 +4,11 @@ and samples raw text."""
 
 import math
 import re
-import shlex
 
 import pytest
 import torch
 from fixtures_dataprep import write_monolingual
-from helpers import PLUGIN_DIR, ROOT, run_cli
+from helpers import PLUGIN_DIR, doc_commands, run_cli
 
 from fairseq_residual.hub import load_language_model
 from fairseq_residual_tools.dataprep import monolingual
@@ -23,16 +22,9 @@ SHORT = ["--lr", "3e-3", "--lr-scheduler", "fixed", "--warmup-updates", "0", "--
 SHORT += ["--seed", "3", "--no-epoch-checkpoints", "--log-format", "json", "--cpu", "--num-workers", "0"]
 
 
-def page_commands():
-    """docs/language-models.md's indented commands, continuation lines joined, by program."""
-    text = (ROOT / "docs" / "language-models.md").read_text().replace("\\\n", " ")
-    lines = re.findall(r"^    ((?:fairseq-|data-prep/)\S+ .*)$", text, flags=re.M)
-    return {shlex.split(line)[0]: shlex.split(line)[1:] for line in lines}
-
-
 def as_run(program, extra):
     """The page's command for ``program`` as ``run_cli`` runs it, the plugin's folder for --user-dir."""
-    args = [PLUGIN_DIR if a == "fairseq_residual" else a for a in page_commands()[program]]
+    args = [PLUGIN_DIR if a == "fairseq_residual" else a for a in doc_commands("language-models.md")[program]]
     return [f"fairseq_cli.{program.split('-', 1)[1].replace('-', '_')}", *args, *extra]
 
 
@@ -42,7 +34,7 @@ def trained(tmp_path_factory):
     root = tmp_path_factory.mktemp("lm")
     raw = write_monolingual(root / "raw")
     names = {f"{split}.txt": str(path) for split, path in raw.items()}
-    prepare = [names.get(a, a) for a in page_commands()["data-prep/prepare-monolingual.sh"]]
+    prepare = [names.get(a, a) for a in doc_commands("language-models.md")["data-prep/prepare-monolingual.sh"]]
     prepare = [a if a.startswith(("-", "/")) else str(root / a) for a in prepare]
     assert monolingual.main([*prepare, "--bpe-merges", "120", "--workers", "1", "--quiet"]) == 0
     run_cli(as_run("fairseq-train", [*LM, *SHORT]), cwd=root)
@@ -50,7 +42,11 @@ def trained(tmp_path_factory):
 
 
 def test_the_page_has_the_commands_these_tests_run():
-    assert list(page_commands()) == ["data-prep/prepare-monolingual.sh", "fairseq-train", "fairseq-eval-lm"]
+    assert list(doc_commands("language-models.md")) == [
+        "data-prep/prepare-monolingual.sh",
+        "fairseq-train",
+        "fairseq-eval-lm",
+    ]
 
 
 def test_eval_lm_perplexity_is_the_hubs_score_of_the_raw_test_text(trained):

@@ -8,6 +8,7 @@ import pytest
 from helpers import PLUGIN_DIR
 
 from fairseq_residual import options
+from fairseq_residual.language_model import PRESETS
 
 
 def help_text(capsys, *argv):
@@ -15,13 +16,27 @@ def help_text(capsys, *argv):
     return " ".join(capsys.readouterr().out.split())
 
 
-def test_every_preset_of_the_model_is_listed():
+def test_every_preset_of_both_models_is_listed():
     assert options.ARCHS == [
         "residual_transformer",
         "residual_transformer_iwslt_de_en",
+        "residual_transformer_lm",
+        *sorted(f"residual_{preset}" for preset in PRESETS),
         "residual_transformer_opus100",
         "residual_transformer_wmt_en_de",
     ]
+
+
+@pytest.mark.parametrize("arch", ["residual_transformer_lm", *(f"residual_{preset}" for preset in PRESETS)])
+def test_a_language_models_options_are_shown_with_its_presets_sizes(capsys, arch):
+    """The README's command for the model options works for the language model's architectures too."""
+    text = help_text(capsys, "--arch", arch)
+    assert f"fairseq-train DATA --task language_modeling --user-dir fairseq_residual --arch {arch}" in text
+    assert "--residual-scheme {post,pre,residual," in text and "(default: residual)" in text
+    assert "--encoder-layers" not in text  # a decoder-only model
+    width = options.arch_defaults(arch)["decoder_embed_dim"]
+    assert f"--decoder-embed-dim DECODER_EMBED_DIM decoder embedding dimension (default: {width})" in text
+    assert width == {"residual_transformer_lm": 512, "residual_transformer_lm_gpt2_tiny": 64}.get(arch, width)
 
 
 def test_the_scheme_options_are_shown_with_their_help_and_default(capsys):
@@ -41,6 +56,12 @@ def test_a_presets_defaults_are_the_ones_shown(capsys):
     assert "does not depend on s beyond LN's epsilon (default: 0.05)" in text
     assert text.endswith("(docs/schemes.md) (default: 1.0)")  # --residual-output-scale, the last option
     assert options.arch_defaults("residual_transformer_iwslt_de_en")["encoder_embed_dim"] == 256
+
+
+def test_the_language_models_input_and_output_dims_are_shown_following_its_width(capsys):
+    text = help_text(capsys, "--arch", "residual_transformer_lm")
+    assert "--decoder-input-dim DECODER_INPUT_DIM the embedding's width" in text
+    assert text.count("(default: --decoder-embed-dim)") == 2
 
 
 @pytest.mark.slow
