@@ -25,6 +25,7 @@ from . import (
     data_folder,
     error_reporting,
     finished_training,
+    interactive_input,
     numpy_compat,
 )
 
@@ -134,6 +135,16 @@ PATCHES: List[Patch] = [
         None,
         numpy_compat.apply,
         tuple((module, "np") for module in numpy_compat.MODULES),
+    ),
+    Patch(
+        "say that the input is not UTF-8",
+        "fairseq_cli.interactive.buffered_read (where that module is imported) reads stdin with surrogateescape under "
+        "every locale and says in one line on stderr which line first holds a byte UTF-8 cannot decode",
+        "fairseq-interactive turned Latin-1 input into <unk> without a word under the C locale, and stopped in a "
+        "UnicodeDecodeError traceback under a UTF-8 locale",
+        None,
+        interactive_input.apply,
+        undo_extra=interactive_input.undo,
     ),
     Patch(
         "one-line errors",
