@@ -7,8 +7,8 @@ importing the package first silences the known third-party warnings and log line
 presets, and applies the changes to fairseq listed in ``patches.PATCHES``: fairseq's
 checkpoint contents through torch's safe loader, the last batch that fairseq's batching
 drops, checkpoint files complete after a kill, resuming that skips an unreadable one, a
-finished training that a re-run leaves as it is, data-folder checks and one-line user
-errors (docs/patches.md).
+finished training that a re-run leaves as it is, data-folder checks, a word on
+fairseq-interactive input that is not UTF-8 and one-line user errors (docs/patches.md).
 """
 
 from . import deferred_imports, quiet

@@ -14,6 +14,17 @@ checkpoint holds the learning rate before it. Loading the plugin changes two thi
   logs one line (``NOTHING_LEFT``: why, and where its checkpoints are) and ends without an update: fairseq's epoch
   function (``fairseq_cli.train.train``) returns "stop" before its first step, no checkpoint is written, exit status 0.
 
+Such a re-run prints that line and nothing else, and leaves the save folder as it was, modification time included:
+
+* fairseq_cli.train's first line is its whole configuration (``logger.info(cfg)``), logged before it builds anything
+  and after the plugin is loaded, in every form of the command; a filter on that logger reads the checkpoint the
+  training would resume (memory-mapped: its tensors are not read) and, when the saved state alone shows the training
+  finished (``--max-update``, ``--max-epoch``, ``--stop-time-hours``), logs the line there and hides the records
+  below WARNING that fairseq logs until its last one (``done training``). ``--stop-min-lr`` needs the learning rate
+  after the load (a plateau step may come first): that re-run logs the line among fairseq's start-up lines;
+* ``checkpoint_utils.verify_checkpoint_directory`` (a file made and removed to test the folder) gives the folder its
+  times back.
+
 ``fairseq_cli.train`` is patched where it is imported (under ``fairseq-train`` and ``fairseq-hydra-train`` it is,
 before the plugin) and where it runs as ``__main__`` (``python -m fairseq_cli.train``), and again by the first
 checkpoint load of a training: the plugin does not import it itself,
@@ -27,6 +38,7 @@ import os
 import sys
 from typing import Any, Optional
 
+import torch
 from fairseq import checkpoint_utils
 
 logger = logging.getLogger(__name__)
@@ -35,24 +47,110 @@ logger = logging.getLogger(__name__)
 NOTHING_LEFT = "nothing left to do"
 #: the mark on this module's wrappers (``fairseq_residual`` alone is on every patch's, and functools.wraps copies it)
 _MARK = "fairseq_residual_finished_training"
+#: fairseq_cli.train's logger (also under ``python -m fairseq_cli.train``, where the module is ``__main__``)
+_TRAIN_LOGGER = "fairseq_cli.train"
 
 
 def stop_reason(cfg, trainer, next_epoch: int) -> Optional[str]:
     """Why a training with options ``cfg`` and ``trainer``'s state, about to begin epoch ``next_epoch``, is finished
     (fairseq's own stopping rules, checked before a step instead of after one), or None."""
-    opt = cfg.optimization
-    updates = trainer.get_num_updates()
+    return _stop_reason(
+        cfg.optimization, trainer.get_num_updates(), next_epoch, trainer.get_lr(), trainer.cumulative_training_time()
+    )
+
+
+def _stop_reason(opt, updates: int, next_epoch: int, lr: Optional[float], seconds: float) -> Optional[str]:
+    """``stop_reason`` from the numbers; ``lr`` None where it is not known (``--stop-min-lr`` is not checked)."""
     if opt.max_update and updates >= opt.max_update:
         return f"--max-update {opt.max_update} reached ({updates} updates); to train further, raise --max-update"
     if opt.max_epoch and next_epoch > opt.max_epoch:
         return f"--max-epoch {opt.max_epoch} reached ({updates} updates); to train further, raise --max-epoch"
-    lr = trainer.get_lr()
-    if lr <= opt.stop_min_lr:
+    if lr is not None and lr <= opt.stop_min_lr:
         return f"the learning rate {lr:g} is at or below --stop-min-lr {opt.stop_min_lr:g} ({updates} updates)"
-    hours = trainer.cumulative_training_time() / 3600
+    hours = seconds / 3600
     if opt.stop_time_hours > 0 and hours > opt.stop_time_hours:
         return f"--stop-time-hours {opt.stop_time_hours:g} reached ({hours:.2f} hours); raise it to train further"
     return None
+
+
+def saved_stop_reason(cfg) -> Optional[str]:
+    """``stop_reason`` for a training with options ``cfg`` from the checkpoint it would resume, before it is loaded;
+    None where that cannot tell: no checkpoint_last.pt, a reset or another restore file, several processes (only
+    rank 0 reads the file), an unreadable file, or a training stopped only by ``--stop-min-lr``."""
+    ck = cfg.checkpoint
+    resets = ck.reset_optimizer or ck.reset_lr_scheduler or ck.reset_meters or ck.reset_dataloader
+    several = cfg.distributed_training.distributed_world_size > 1 or cfg.common.model_parallel_size > 1
+    path = os.path.join(ck.save_dir, f"checkpoint_last{ck.checkpoint_suffix or ''}.pt")
+    if resets or several or ck.restore_file != "checkpoint_last.pt" or not os.path.isfile(path):
+        return None
+    try:
+        state = torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+        updates = state["optimizer_history"][-1]["num_updates"]
+    except Exception:  # fairseq's load decides (it falls back to an older checkpoint or names the problem)
+        return None
+    extra = state.get("extra_state") or {}
+    epoch = (extra.get("train_iterator") or {}).get("epoch", 1)  # the loaded iterator's next_epoch_idx
+    return _stop_reason(cfg.optimization, updates, epoch, None, extra.get("previous_training_time", 0.0))
+
+
+class _FinishedRunSilence(logging.Filter):
+    """On the handlers that print a finished training's re-run: hides its records below WARNING up to fairseq's
+    last line (``done training in ...``), then takes itself off."""
+
+    def __init__(self):
+        super().__init__()
+        self.handlers = [*logging.getLogger().handlers, *logging.getLogger(_TRAIN_LOGGER).handlers]
+        for handler in self.handlers:
+            handler.addFilter(self)
+
+    def remove(self) -> None:
+        for handler in self.handlers:
+            handler.removeFilter(self)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.name == _TRAIN_LOGGER and str(record.msg).startswith("done training in"):
+            self.remove()
+            return False
+        return record.levelno >= logging.WARNING
+
+
+def _silence_installed() -> Optional[_FinishedRunSilence]:
+    found = (f for h in logging.getLogger().handlers for f in h.filters if isinstance(f, _FinishedRunSilence))
+    return next(found, None)
+
+
+class _FinishedBeforeStart(logging.Filter):
+    """On fairseq_cli.train's logger: at its first record, the configuration, says a finished training's line and
+    hides that record and the rest of the run's (``_FinishedRunSilence``)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        cfg = record.msg
+        if isinstance(cfg, str) or not hasattr(cfg, "checkpoint") or not hasattr(cfg, "optimization"):
+            return True
+        earlier = _silence_installed()
+        if earlier is not None:  # a run of this process that ended before its last line
+            earlier.remove()
+        reason = saved_stop_reason(cfg)
+        if reason is None:
+            return True
+        logger.info(f"{NOTHING_LEFT}: {reason}; {_result(cfg, cfg.checkpoint.checkpoint_suffix or '')}")
+        _FinishedRunSilence()
+        return False
+
+
+def _verify_keeping_times(verify):
+    """fairseq's check of the save folder (a file made and removed in it), which then gets its times back."""
+
+    @functools.wraps(verify)
+    def verify_checkpoint_directory(save_dir: str) -> None:
+        before = os.stat(save_dir) if os.path.isdir(save_dir) else None
+        verify(save_dir)
+        if before is not None:
+            os.utime(save_dir, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+    setattr(verify_checkpoint_directory, _MARK, True)
+    verify_checkpoint_directory.fairseq_residual = True  # type: ignore[attr-defined]  # the mark that it is applied
+    return verify_checkpoint_directory
 
 
 def _result(cfg, suffix: str) -> str:
@@ -84,8 +182,11 @@ def _finishing_load_checkpoint(load_checkpoint):
         if extra_state is not None:
             replay_epoch_end(trainer, extra_state, epoch_itr)
             reason = stop_reason(trainer.cfg, trainer, epoch_itr.next_epoch_idx)
-            if reason is not None:
+            said = _silence_installed()  # by _FinishedBeforeStart, from the same checkpoint
+            if reason is not None and said is None:
                 logger.info(f"{NOTHING_LEFT}: {reason}; {_result(trainer.cfg, trainer.checkpoint_suffix)}")
+            if reason is None and said is not None:  # never hide the log of a training that goes on
+                said.remove()
         return extra_state, epoch_itr
 
     setattr(load, _MARK, True)
@@ -126,12 +227,23 @@ def _wrap_train_loop() -> None:
 def apply() -> None:
     if not getattr(checkpoint_utils.load_checkpoint, _MARK, False):
         checkpoint_utils.load_checkpoint = _finishing_load_checkpoint(checkpoint_utils.load_checkpoint)
+    if not getattr(checkpoint_utils.verify_checkpoint_directory, _MARK, False):
+        checkpoint_utils.verify_checkpoint_directory = _verify_keeping_times(
+            checkpoint_utils.verify_checkpoint_directory
+        )
+    train_logger = logging.getLogger(_TRAIN_LOGGER)
+    if not any(isinstance(f, _FinishedBeforeStart) for f in train_logger.filters):
+        train_logger.addFilter(_FinishedBeforeStart())
     _wrap_train_loop()
 
 
 def undo_train_loop() -> None:
-    """Give ``fairseq_cli.train`` its own epoch function back (``patches.undo_all``; it is not a fixed target)."""
+    """Give ``fairseq_cli.train`` its own epoch function and logger back (``patches.undo_all``; neither is a fixed
+    target)."""
     module: Any
     for module in _train_modules():
         if getattr(module.train, _MARK, False):
             module.train = module.train.__wrapped__
+    train_logger = logging.getLogger(_TRAIN_LOGGER)
+    for found in [f for f in train_logger.filters if isinstance(f, _FinishedBeforeStart)]:
+        train_logger.removeFilter(found)

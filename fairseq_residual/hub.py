@@ -36,6 +36,7 @@ import unicodedata
 from pathlib import Path
 from typing import List, Union
 
+from . import quiet
 from .errors import DataError
 
 #: summary.json's record of each kind of data-prep folder -> what the folder is, the loader that reads it, and
@@ -197,14 +198,15 @@ def _from_pretrained(model_cls, checkpoint, out: Path, record: dict, cpu: bool, 
         subword["sentencepiece_model"] = str((out / record["sentencepiece_model"]).resolve())
     if record["tokenizer"] == "moses":
         subword.update(tokenizer="moses", moses_no_dash_splits=not record["moses_aggressive_dash_splits"])
-    hub = model_cls.from_pretrained(
-        str(checkpoint.resolve().parent),
-        checkpoint_file=checkpoint.name,
-        # an absolute path: fairseq reads a path starting with "." as relative to the checkpoint's folder
-        data_name_or_path=str((out / record["data_bin"]).resolve()),
-        **subword,
-        **overrides,
-    )
+    with quiet.hub_loading():
+        hub = model_cls.from_pretrained(
+            str(checkpoint.resolve().parent),
+            checkpoint_file=checkpoint.name,
+            # an absolute path: fairseq reads a path starting with "." as relative to the checkpoint's folder
+            data_name_or_path=str((out / record["data_bin"]).resolve()),
+            **subword,
+            **overrides,
+        )
     if cpu:
         hub = hub.cpu()
     return hub.eval()

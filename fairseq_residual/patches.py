@@ -25,6 +25,7 @@ from . import (
     data_folder,
     error_reporting,
     finished_training,
+    interactive_input,
     numpy_compat,
 )
 
@@ -105,13 +106,16 @@ PATCHES: List[Patch] = [
     Patch(
         "a finished training stays finished",
         "checkpoint_utils.load_checkpoint logs one line when the loaded training has reached --max-update, "
-        "--max-epoch, --stop-min-lr or --stop-time-hours, and fairseq_cli.train.train then stops before a step; "
-        "resuming at an epoch's end first takes the learning-rate step fairseq took after that save",
-        "fairseq checks --max-update after an update: every re-run of a finished training trained one more; a "
-        "plateau schedule lost the step after the last save, and a training stopped by --stop-min-lr trained on",
+        "--max-epoch, --stop-min-lr or --stop-time-hours, and fairseq_cli.train.train then stops before a step (a "
+        "filter on fairseq_cli.train's logger says it at the configuration dump, from the saved state, and hides "
+        "fairseq's other lines); verify_checkpoint_directory gives the folder its times back; resuming at an epoch's "
+        "end first takes the learning-rate step fairseq took after that save",
+        "fairseq checks --max-update after an update: every re-run of a finished training trained one more and "
+        "printed 90 lines around it; a plateau schedule lost the step after the last save, and a training stopped by "
+        "--stop-min-lr trained on",
         None,
         finished_training.apply,
-        ((checkpoint_utils, "load_checkpoint"),),
+        ((checkpoint_utils, "load_checkpoint"), (checkpoint_utils, "verify_checkpoint_directory")),
         undo_extra=finished_training.undo_train_loop,
     ),
     Patch(
@@ -132,6 +136,16 @@ PATCHES: List[Patch] = [
         None,
         numpy_compat.apply,
         tuple((module, "np") for module in numpy_compat.MODULES),
+    ),
+    Patch(
+        "say that the input is not UTF-8",
+        "fairseq_cli.interactive.buffered_read (where that module is imported) reads stdin with surrogateescape under "
+        "every locale and says in one line on stderr which line first holds a byte UTF-8 cannot decode",
+        "fairseq-interactive turned Latin-1 input into <unk> without a word under the C locale, and stopped in a "
+        "UnicodeDecodeError traceback under a UTF-8 locale",
+        None,
+        interactive_input.apply,
+        undo_extra=interactive_input.undo,
     ),
     Patch(
         "one-line errors",

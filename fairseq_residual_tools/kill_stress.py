@@ -378,6 +378,8 @@ def _finish(report, argv, log_path, reference, budget):
         problems = [
             *([f"exit status {code}"] if code != 0 else []),
             *([f"{log.count(NOTHING_LEFT)} lines say '{NOTHING_LEFT}'"] if log.count(NOTHING_LEFT) != 1 else []),
+            # the line names the saved state it read (fairseq's "Loaded checkpoint" line is hidden in such a re-run)
+            *([f"its line does not say '({update} updates)'"] if f"({update} updates)" not in log else []),
             *(["it trained"] if "num_updates=" in log else []),
             *([f"files changed: {', '.join(sorted({name for name, _ in changed}))}"] if changed else []),
         ]

@@ -4,12 +4,14 @@ Every step writes its outputs under temporary names and renames them when comple
 so an interrupted run never leaves a file that looks finished.
 """
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
 import shlex
 import shutil
+import sys
 from functools import partial
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
@@ -250,9 +252,24 @@ def split_every(inp: Path, every: int, kept: Path, taken: Path):
             (t if n % every == 0 else k).write(line)
 
 
+class _Without:
+    """``stream``, less the writes that begin with ``start`` (subword-nmt writes each of its lines at once)."""
+
+    def __init__(self, stream, start: str):
+        self.stream, self.start = stream, start
+
+    def write(self, text: str) -> int:
+        return len(text) if text.startswith(self.start) else self.stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self.stream, name)
+
+
 def learn_joint_bpe(inputs: List[Path], codes: Path, merges: int, workers=1):
     """Joint BPE (subword-nmt ``learn_bpe.py -s merges``) learned on the concatenation of ``inputs``, its
-    progress on the project's bar (subword-nmt's own redraws its line up to 10 times a second, into logs too)."""
+    progress on the project's bar (subword-nmt's own redraws its line up to 10 times a second, into logs too).
+    A text with fewer merges than asked for (no other pair seen twice) is said in one line, in place of
+    subword-nmt's "no pair has frequency >= 2. Stopping"."""
     from subword_nmt import learn_bpe as subword_nmt_learn_bpe
 
     subword_nmt_learn_bpe.tqdm = lambda merges_range: progress_bar(codes.name, unit="merges", iterable=merges_range)
@@ -266,9 +283,17 @@ def learn_joint_bpe(inputs: List[Path], codes: Path, merges: int, workers=1):
             open(joined, encoding="utf-8") as f,
             open(tmp, "w", encoding="utf-8") as g,
         ):
-            subword_nmt_learn_bpe.learn_bpe(f, g, merges, min_frequency=2, total_symbols=False, num_workers=workers)
+            with contextlib.redirect_stderr(_Without(sys.stderr, "no pair has frequency >= ")):
+                subword_nmt_learn_bpe.learn_bpe(f, g, merges, min_frequency=2, total_symbols=False, num_workers=workers)
     finally:
         joined.unlink(missing_ok=True)
+    with open(codes, encoding="utf-8") as c:
+        learned = sum(1 for line in c if not line.startswith("#version"))
+    if learned < merges:
+        logger.warning(
+            f"{codes.name}: {learned} codes learned, fewer than the {merges} merges asked for (--bpe-merges): no "
+            "other pair of symbols occurs twice in the text"
+        )
 
 
 def apply_bpe(codes: Path, inp: Path, out: Path, workers=1):

@@ -14,7 +14,7 @@ from ..training_log import divergence, read_log
 NOT_RUN = "not run"  # no launch has started (no train.log)
 RUNNING = "running or interrupted"  # the last launch has no record, or ended by a signal: the same command resumes it
 FAILS = "fails"  # the last launch ended by itself and its log shows divergence (a killed one is not judged)
-TRAINED = "trained"  # the last launch exited 0 after fairseq's "done training"; the detail says why it stopped
+TRAINED = "trained"  # the last launch exited 0 after fairseq's "done training" or the plugin's NOTHING_LEFT line
 FAILED = "failed"  # the last launch exited otherwise; the detail is the log's last line (usually the error)
 
 LAUNCH_MARK = "### "
@@ -24,6 +24,7 @@ _STOP_REASONS = (  # fairseq's lines, and the plugin's for a launch that found t
     ("Stopping training due to num_updates", "max_update reached"),
     (f"{NOTHING_LEFT}: --max-update", "max_update reached"),
     (f"{NOTHING_LEFT}: --stop-time-hours", "stop_time_hours reached"),
+    (f"{NOTHING_LEFT}: the learning rate", "stop_min_lr reached"),
     ("early stop since valid performance", "early stop (patience)"),
     ("Stopping training due to cumulative_training_time", "stop_time_hours reached"),
     ("stopping training because current learning rate", "stop_min_lr reached"),
@@ -67,7 +68,7 @@ def training_state(cell_dir: Path) -> TrainingState:
         return TrainingState(FAILS, reason)
     text = log.read_text(encoding="utf-8", errors="replace")
     section = text[text.rfind("\n" + LAUNCH_MARK) + 1 :]  # what the last launch wrote (all without a mark)
-    if rc == 0 and "done training" in section:
+    if rc == 0 and ("done training" in section or NOTHING_LEFT in section):
         stop = next((why for mark, why in _STOP_REASONS if mark in section), "max_epoch reached")
         return TrainingState(TRAINED, stop)
     lines = [line.strip() for line in section.splitlines() if line.strip()]

@@ -15,6 +15,7 @@ from helpers import PLUGIN_DIR, ROOT, TINY_MODEL, TinyTask, build_model, run_cli
 from fairseq_residual.error_reporting import one_line_message
 from fairseq_residual.errors import CheckpointMismatchError, ConfigError
 from fairseq_residual.model import SCHEME_KEY
+from fairseq_residual.schemes import SCHEMES, UnknownSchemeError, get_scheme
 
 
 def error_lines(proc):
@@ -23,16 +24,25 @@ def error_lines(proc):
     return [line for line in proc.stderr.splitlines() if "error:" in line]
 
 
+def unknown_scheme_line(name="residul") -> str:
+    """The one line for an unknown scheme: it names every registered scheme, in SCHEMES' order."""
+    with pytest.raises(UnknownSchemeError) as refused:
+        get_scheme(name)
+    line = f"error: {refused.value}"
+    assert line == (
+        f"error: unknown residual scheme {name!r}; choose one of: {', '.join(SCHEMES)} "
+        "(--residual-scheme / model.residual_scheme)"
+    )
+    return line
+
+
 @pytest.mark.slow
 def test_unknown_scheme_is_one_line_naming_the_choices(tmp_path):
     """argparse printed the usage of every fairseq option (177 lines) before its own error line."""
     argv = ["fairseq_cli.train", str(tmp_path), "--user-dir", PLUGIN_DIR, "--arch", "residual_transformer"]
     proc = run_cli([*argv, "--residual-scheme", "residul"], cwd=tmp_path, check=False)
     assert proc.returncode == 1 and proc.stdout == ""
-    assert proc.stderr == (
-        "error: unknown residual scheme 'residul'; choose one of: post, pre, residual, deepnet, b2t, admin, tfixup, "
-        "dlcl, sandwich, normformer, residual-sandwich (--residual-scheme / model.residual_scheme)\n"
-    )
+    assert proc.stderr == unknown_scheme_line() + "\n"
 
 
 @pytest.mark.slow
@@ -41,11 +51,16 @@ def test_unknown_scheme_under_fairseq_hydra_train_is_the_same_one_line(demo_data
     overrides = [f"task.data={demo_databin.databin}", f"common.user_dir={PLUGIN_DIR}", "model.residual_scheme=residul"]
     config = ["--config-dir", str(ROOT / "configs"), "--config-name", "small"]
     proc = run_cli(["fairseq_cli.hydra_train", *config, *overrides], cwd=tmp_path, check=False)
-    assert proc.returncode == 1 and proc.stderr.splitlines()[-1] == (
-        "error: unknown residual scheme 'residul'; choose one of: post, pre, residual, deepnet, b2t, admin, tfixup, "
-        "dlcl, sandwich, normformer, residual-sandwich (--residual-scheme / model.residual_scheme)"
-    )
+    assert proc.returncode == 1 and proc.stderr.splitlines()[-1] == unknown_scheme_line()
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+
+
+def test_errors_md_quotes_the_unknown_scheme_line_as_the_code_says_it():
+    """The page's sample is the line the code prints today: a scheme added to SCHEMES must be added there too."""
+    rows = [row for row in (ROOT / "docs" / "errors.md").read_text().splitlines() if "--residual-scheme residul" in row]
+    assert len(rows) == 1
+    quoted = re.findall(r"`(error: unknown residual scheme [^`]*)`", rows[0])
+    assert quoted == [unknown_scheme_line()], f"docs/errors.md should quote: {unknown_scheme_line()}"
 
 
 def test_unknown_scheme_in_code_names_the_choices():

@@ -212,12 +212,18 @@ def test_own_corpus_interactive_command_reads_the_flags_from_summary_json(traine
     assert detok == load_translator(checkpoint, data_prep_out=out).translate(raw_test, beam=5, max_len_b=8)
 
 
-def test_load_translator_logs_no_configuration_dump(trained, caplog):
+def test_load_translator_logs_nothing_but_verbose_shows_fairseqs_lines(trained, caplog, monkeypatch):
+    """fairseq logs the 10 KB configuration (as a dict), the archive it loads and the two dictionaries' sizes."""
     out, checkpoint, _ = trained
     with caplog.at_level(logging.INFO):
         load_translator(checkpoint, data_prep_out=out)
-    assert caplog.records, "fairseq's own log lines stay"
-    assert [r.name for r in caplog.records if not isinstance(r.msg, str)] == []  # the 10 KB config, logged as a dict
+    assert [f"{r.name}: {r.getMessage()}" for r in caplog.records] == []
+    caplog.clear()
+    monkeypatch.setenv("FAIRSEQ_RESIDUAL_VERBOSE", "1")
+    with caplog.at_level(logging.INFO):
+        load_translator(checkpoint, data_prep_out=out)
+    said = [r.getMessage() for r in caplog.records if isinstance(r.msg, str)]
+    assert any(m.startswith("loading archive file ") for m in said) and "[de] dictionary: " in " ".join(said)
 
 
 def test_translate_logs_nothing(trained, caplog):
@@ -228,3 +234,30 @@ def test_translate_logs_nothing(trained, caplog):
         for line in raw_test[:2]:
             translator.translate(line, beam=2, max_len_b=5)
     assert [f"{r.name}: {r.getMessage()}" for r in caplog.records] == []
+
+
+def test_interactive_says_once_that_its_input_is_not_utf8(trained, tmp_path):
+    """Latin-1 on stdin (here under the C locale, where Python reads undecodable bytes as escapes): fairseq turned
+    its accented letters into <unk> without a word; one line on stderr says the input is not UTF-8."""
+    out, checkpoint, raw_test = trained
+    codes = out / json.loads((out / "summary.json").read_text())["translation"]["bpe_codes"]
+    args = [str(out / "bin"), "--user-dir", str(ROOT / "fairseq_residual"), "--path", str(checkpoint)]
+    args += ["--source-lang", "de", "--target-lang", "en", "--tokenizer", "moses", "--bpe", "subword_nmt"]
+    args += ["--bpe-codes", str(codes), "--cpu", "--beam", "1", "--max-len-b", "4"]
+    latin1 = f"{raw_test[0]}\nüber die straße\ngroß\n".encode("latin-1")
+    env = dict(os.environ, PYTHONWARNINGS="ignore", LC_ALL="C")
+    proc = subprocess.run(
+        [sys.executable, "-m", "fairseq_cli.interactive", *args],
+        input=latin1,
+        capture_output=True,
+        cwd=tmp_path,
+        env=env,
+    )
+    stdout, stderr = proc.stdout.decode(errors="replace"), proc.stderr.decode(errors="replace")
+    assert proc.returncode == 0, stderr[-3000:]
+    assert len(re.findall(r"^H-\d+\t", stdout, flags=re.M)) == 3  # every line translated
+    said = [line for line in stderr.splitlines() if "UTF-8" in line]
+    assert said == [
+        "fairseq-interactive: the input is not UTF-8 (line 2 holds the byte 0xfc, which UTF-8 cannot decode): such "
+        "characters become <unk>; convert it first (iconv -f latin1 -t utf-8)"
+    ], stderr[-3000:]

@@ -1,6 +1,7 @@
 """residual_transformer_lm: Post-LN / Pre-LN are fairseq's stock transformer_lm, every scheme decodes
 incrementally as it computes in one pass, and a forward keeps no state on the modules."""
 
+import warnings
 from argparse import Namespace
 from concurrent.futures import ThreadPoolExecutor
 
@@ -255,3 +256,32 @@ def test_post_and_pre_with_only_the_width_given_equal_stock_transformer_lm_of_th
     with torch.no_grad():
         torch.testing.assert_close(ours(tokens)[0], stock(tokens)[0], atol=1e-6, rtol=0)
     assert len(ours.state_dict()) == len(stock.state_dict()) + 1  # the scheme's tag
+def test_a_blank_line_overflows_only_in_the_past_target_which_a_language_model_never_reads_and_says_nothing():
+    """A blank line under --sample-break-mode eos is a block of one token (its end of sentence) at offset 0: fairseq's
+    ``e - 2`` on the block's unsigned end offset overflows (numpy's RuntimeWarning) into the past target only, which
+    MonolingualDataset leaves out unless --past-target, which the task refuses for a model without that target."""
+    from fairseq.data import MonolingualDataset, TokenBlockDataset
+
+    from fairseq_residual import quiet
+
+    d = TinyTask().source_dictionary
+    lines = [torch.tensor([5, 6, d.eos()]), torch.tensor([d.eos()]), torch.tensor([7, d.eos()])]
+    blocks = TokenBlockDataset(lines, [3, 1, 2], 64, d.pad(), d.eos(), break_mode="eos", include_targets=True)
+    samples = MonolingualDataset(blocks, blocks.sizes, d, d, False, shuffle=False, targets=["future"])
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        source, target, past = blocks[1]
+        read = [(s["source"].tolist(), s["target"].tolist()) for s in map(samples.__getitem__, range(3))]
+    assert {str(w.message) for w in shown} == {"overflow encountered in scalar subtract"}
+    assert (source.tolist(), target.tolist(), past.tolist()) == ([d.eos()], [d.eos()], [d.pad(), d.eos(), d.eos()])
+    assert read == [
+        ([d.eos(), 5, 6], [5, 6, d.eos()]),
+        ([d.eos()], [d.eos()]),
+        ([d.eos(), 7], [7, d.eos()]),
+    ]
+    assert build_lm().supported_targets == {"future"}  # language_modeling's build_model refuses --past-target
+    with warnings.catch_warnings(record=True) as shown:
+        warnings.simplefilter("always")
+        quiet.ignore_known_warnings()
+        blocks[1]
+    assert shown == []

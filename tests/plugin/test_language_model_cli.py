@@ -2,6 +2,7 @@
 residual_transformer_lm trained by fairseq-train, evaluated by fairseq-eval-lm, and loaded by the hub, which scores
 and samples raw text."""
 
+import logging
 import math
 import re
 
@@ -55,6 +56,7 @@ def test_eval_lm_perplexity_is_the_hubs_score_of_the_raw_test_text(trained):
         "fairseq-eval-lm", ["--tokens-per-sample", "64", "--max-tokens", "512", "--cpu", "--num-workers", "0"]
     )
     proc = run_cli(eval_lm, cwd=out.parent.parent)
+    assert "{'_name': None, 'common':" not in proc.stdout + proc.stderr  # no 10 KB configuration dump
     loss, perplexity = map(float, re.search(r"Loss \(base 2\): ([\d.]+), Perplexity: ([\d.]+)", proc.stderr).groups())
     lm = load_language_model(checkpoint, out)
     model, dictionary = lm.hub.models[0], lm.hub.task.source_dictionary
@@ -74,9 +76,11 @@ def test_eval_lm_perplexity_is_the_hubs_score_of_the_raw_test_text(trained):
     assert perplexity == pytest.approx(2**loss, rel=1e-3)
 
 
-def test_the_hub_loads_the_lm_and_samples_a_continuation_of_the_prefix(trained):
+def test_the_hub_loads_the_lm_and_samples_a_continuation_of_the_prefix(trained, caplog):
     out, checkpoint, _ = trained
-    lm = load_language_model(checkpoint, out)
+    with caplog.at_level(logging.INFO):
+        lm = load_language_model(checkpoint, out)
+    assert [f"{r.name}: {r.getMessage()}" for r in caplog.records] == []  # fairseq's archive and dictionary lines
     assert type(lm.hub.models[0]).__name__ == "ResidualTransformerLanguageModel"
     assert lm.hub.models[0].residual_scheme == "residual"
     torch.manual_seed(0)

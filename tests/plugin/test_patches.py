@@ -32,6 +32,7 @@ def test_importing_the_plugin_applies_every_row():
         "a finished training stays finished",
         "check the data folder",
         "numpy.compat for numpy 2",
+        "say that the input is not UTF-8",
         "one-line errors",
     ]
     # in a fresh interpreter: other libraries imported by other tests replace some of the same attributes

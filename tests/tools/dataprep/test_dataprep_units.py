@@ -13,6 +13,7 @@ from fixtures_dataprep import make_tgz, sha256, write_checksums
 from fairseq_residual_tools.dataprep.download import Checksums, fetch
 from fairseq_residual_tools.dataprep.formats import iwslt_train_lines, seg_lines
 from fairseq_residual_tools.dataprep.moses import TextSteps, clean_corpus, process_file, remove_non_printing
+from fairseq_residual_tools.dataprep.pipeline import learn_joint_bpe
 from fairseq_residual_tools.errors import DataError
 
 
@@ -282,3 +283,21 @@ def test_text_that_is_not_utf8_is_reported_with_file_and_line(tmp_path, workers)
         process_file(TextSteps(lang="de"), raw, tmp_path / "out.de", workers=workers)
     assert str(e.value).startswith(f"{raw} line 2501 is not UTF-8 (byte 0xfc at column 3)")
     assert not (tmp_path / "out.de").exists()
+
+
+def test_bpe_on_a_text_with_fewer_merges_than_asked_says_so_in_one_line_with_the_codes_learned(
+    tmp_path, capsys, caplog
+):
+    """subword-nmt stops when no pair is seen twice ("no pair has frequency >= 2. Stopping"); the learned codes are
+    fewer than --bpe-merges asked for, which the stage says in its own words."""
+    text, codes = tmp_path / "train.txt", tmp_path / "codes.bpe"
+    text.write_text("the cat sat on the mat\nthe cat ate the rat\n" * 3, encoding="utf-8")
+    learn_joint_bpe([text], codes, 500)
+    learned = len(codes.read_text(encoding="utf-8").splitlines()) - 1  # after the "#version" line
+    assert 0 < learned < 500
+    assert "no pair has frequency" not in capsys.readouterr().err
+    said = [r.getMessage() for r in caplog.records if "merges" in r.getMessage()]
+    assert said == [
+        f"codes.bpe: {learned} codes learned, fewer than the 500 merges asked for (--bpe-merges): no other pair of "
+        "symbols occurs twice in the text"
+    ]

@@ -17,7 +17,7 @@ from fairseq_residual_tools.repro import cli, distributed_train, launch
 from fairseq_residual_tools.repro.cells import DATASETS, parse_cell
 from fairseq_residual_tools.repro.distributed_train import ProcessRank, distributed_overrides, process_rank
 from fairseq_residual_tools.repro.launch import derive_batch
-from fairseq_residual_tools.repro.status import RUNNING, TRAINED, training_state
+from fairseq_residual_tools.repro.status import LAUNCH_MARK, RUNNING, TRAINED, training_state
 
 
 @pytest.mark.parametrize(
@@ -254,6 +254,9 @@ def test_a_killed_launch_resumes_with_the_same_command(tmp_path, demo_databin):
     out = subprocess.run(command, env=env, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
     assert "nothing left to do: --max-epoch 3 reached" in out.stdout and "num_updates=" not in out.stdout
+    log = (cell_dir / "train.log").read_text()
+    said = [line for line in log[log.rfind("\n" + LAUNCH_MARK) + 1 :].splitlines()[1:] if line.strip()]
+    assert len(said) == 2 and said[0].startswith("$ ") and "nothing left to do" in said[1], said  # the command run
     assert {p.name: (p.read_bytes(), p.stat().st_mtime_ns) for p in cell_dir.glob("*.pt")} == checkpoints
     state = training_state(cell_dir)
     assert (state.name, state.detail) == (TRAINED, "max_epoch reached") and (cell_dir / "train.done").is_file()
