@@ -256,6 +256,8 @@ def test_post_and_pre_with_only_the_width_given_equal_stock_transformer_lm_of_th
     with torch.no_grad():
         torch.testing.assert_close(ours(tokens)[0], stock(tokens)[0], atol=1e-6, rtol=0)
     assert len(ours.state_dict()) == len(stock.state_dict()) + 1  # the scheme's tag
+
+
 def test_a_blank_line_overflows_only_in_the_past_target_which_a_language_model_never_reads_and_says_nothing():
     """A blank line under --sample-break-mode eos is a block of one token (its end of sentence) at offset 0: fairseq's
     ``e - 2`` on the block's unsigned end offset overflows (numpy's RuntimeWarning) into the past target only, which

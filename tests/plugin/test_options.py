@@ -9,6 +9,7 @@ from helpers import PLUGIN_DIR
 
 from fairseq_residual import options
 from fairseq_residual.language_model import PRESETS
+from fairseq_residual.schemes import SCHEMES
 
 
 def help_text(capsys, *argv):
@@ -41,7 +42,8 @@ def test_a_language_models_options_are_shown_with_its_presets_sizes(capsys, arch
 
 def test_the_scheme_options_are_shown_with_their_help_and_default(capsys):
     text = help_text(capsys)
-    choices = "post,pre,residual,deepnet,b2t,admin,tfixup,dlcl,sandwich,normformer,residual-sandwich"
+    choices = ",".join(SCHEMES)  # every registered scheme, in the registry's order
+    assert choices.startswith("post,pre,residual,deepnet,b2t,admin,tfixup,dlcl,sandwich,normformer,residual-sandwich,")
     assert f"--residual-scheme {{{choices}}} how sub-layer outputs" in text
     assert "(default: residual)" in text
     assert "--dual-stream-scale DUAL_STREAM_SCALE ResiDual only:" in text
