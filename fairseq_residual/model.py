@@ -215,6 +215,7 @@ def validate_config(cfg):
             )
     if not (math.isfinite(cfg.dual_stream_scale) and cfg.dual_stream_scale > 0):
         raise ConfigError(f"--dual-stream-scale must be a positive finite number, got {cfg.dual_stream_scale}")
+    scheme.validate(cfg)
 
 
 def validate_dictionaries(cfg, task):
