@@ -19,6 +19,8 @@ from .b2t import B2T
 from .base import ResidualScheme
 from .deepnet import DeepNet
 from .dlcl import DLCL
+from .hyper_connections import HyperConnections
+from .manifold_hyper_connections import ManifoldHyperConnections
 from .normformer import NormFormer
 from .post_ln import PostLN
 from .pre_ln import PreLN
@@ -41,6 +43,8 @@ SCHEMES: Dict[str, ResidualScheme] = {
         Sandwich(),
         NormFormer(),
         ResiDualSandwich(),
+        HyperConnections(),
+        ManifoldHyperConnections(),
     )
 }
 
