@@ -26,10 +26,11 @@ def test_every_preset_of_the_model_is_listed():
 
 def test_the_scheme_options_are_shown_with_their_help_and_default(capsys):
     text = help_text(capsys)
-    choices = "post,pre,residual,deepnet,b2t,admin,tfixup,dlcl,sandwich,normformer,residual-sandwich"
+    choices = "post,pre,residual,deepnet,b2t,admin,tfixup,dlcl,sandwich,normformer,residual-sandwich,hc,mhc"
     assert f"--residual-scheme {{{choices}}} how sub-layer outputs" in text
     assert "(default: residual)" in text
     assert "--dual-stream-scale DUAL_STREAM_SCALE ResiDual only:" in text
+    assert "--hc-streams HC_STREAMS Hyper-Connections (hc, mhc) only:" in text
     assert "--encoder-embed-dim ENCODER_EMBED_DIM embedding dimension (default: 512)" in text
 
 
@@ -37,7 +38,7 @@ def test_a_presets_defaults_are_the_ones_shown(capsys):
     text = help_text(capsys, "--arch", "residual_transformer_opus100")
     assert "fairseq-train DATA --user-dir fairseq_residual --arch residual_transformer_opus100" in text
     assert "--encoder-layers ENCODER_LAYERS number of layers (default: 18)" in text
-    assert text.endswith("does not depend on s beyond LN's epsilon (default: 0.05)")
+    assert "does not depend on s beyond LN's epsilon (default: 0.05)" in text
     assert options.arch_defaults("residual_transformer_iwslt_de_en")["encoder_embed_dim"] == 256
 
 
