@@ -156,9 +156,10 @@ class HyperConnections(SublayerScheme):
         return StreamSumOutput(embed_dim, cfg.hc_streams)
 
     def start(self, stack, x):
-        """H_0: the embedding copied into each of the n streams, (time, batch, n, C)."""
+        """H_0: the embedding copied into each of the n streams, (time, batch, n, C), one contiguous tensor: the
+        first sub-layer's matrix products would copy a broadcast view themselves, and its norm read it strided."""
         n = stack.layer_norm.streams
-        return x.unsqueeze(-2).expand(*x.shape[:-1], n, x.shape[-1])
+        return x.unsqueeze(-2).expand(*x.shape[:-1], n, x.shape[-1]).contiguous()
 
     def hidden_state(self, carry):
         return carry.sum(dim=-2)

@@ -48,7 +48,8 @@ RMS_EPS = 1e-20
 
 def sinkhorn_knopp(logits: Tensor, iterations: int = SINKHORN_ITERATIONS) -> Tensor:
     """M^(t_max) from M^(0) = exp(logits), M^(t) = T_r(T_c(M^(t-1))), over the last two dimensions."""
-    m = torch.exp(logits - logits.amax(dim=(-2, -1), keepdim=True))
+    # minus a constant: the same iterates (T_c divides it out), so its gradient is 0 and need not be taken
+    m = torch.exp(logits - logits.amax(dim=(-2, -1), keepdim=True).detach())
     for _ in range(iterations):
         m = m / m.sum(dim=-2, keepdim=True)  # T_c: every column sums to 1
         m = m / m.sum(dim=-1, keepdim=True)  # T_r: every row sums to 1
