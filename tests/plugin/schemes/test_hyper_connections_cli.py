@@ -1,11 +1,15 @@
 """hc and mhc train through ``fairseq-train`` (with ``--hc-streams``), translate through ``fairseq-generate``, resume
-to the very weights of an uninterrupted run, and train through ``fairseq-hydra-train`` with ``model.hc_streams``."""
+to the very weights of an uninterrupted run, train through ``fairseq-hydra-train`` with ``model.hc_streams``, and as
+a language model through ``fairseq-train`` and ``fairseq-eval-lm``."""
 
 import re
 
 import pytest
 import torch
+from fixtures_dataprep import write_monolingual
 from helpers import PLUGIN_DIR, ROOT, run_cli, train_args
+
+from fairseq_residual_tools.dataprep import monolingual
 
 pytestmark = pytest.mark.slow  # fairseq's CLIs run as processes
 
@@ -98,3 +102,22 @@ def test_hydra_train_trains_hc_with_its_stream_count(demo_databin, tmp_path):
     weights = state["model"]
     assert weights["decoder.layers.0.hyper_connections.encoder_attn.a_r"].shape == (3, 3)
     assert not any(k.endswith("w_alpha") for k in weights)  # static: no dynamic part
+
+
+def test_the_language_model_trains_with_hc_and_fairseq_eval_lm_scores_it(tmp_path):
+    raw = write_monolingual(tmp_path / "raw")
+    data = tmp_path / "lm"
+    argv = ["--train", str(raw["train"]), "--valid", str(raw["valid"]), "--test", str(raw["test"])]
+    assert monolingual.main([*argv, "--out", str(data), "--bpe-merges", "120", "--workers", "1", "--quiet"]) == 0
+    lm = ["--task", "language_modeling", "--user-dir", PLUGIN_DIR, "--sample-break-mode", "eos"]
+    lm += ["--tokens-per-sample", "64", "--max-tokens", "512", "--cpu", "--num-workers", "0"]
+    train = ["fairseq_cli.train", str(data / "bin"), *lm, "--arch", "residual_transformer_lm_gpt2_tiny"]
+    train += ["--residual-scheme", "hc", "--hc-streams", "2", "--decoder-layers", "2", "--decoder-embed-dim", "32"]
+    train += ["--decoder-ffn-embed-dim", "64", "--decoder-attention-heads", "2", "--optimizer", "adam"]
+    train += ["--lr", "3e-3", "--max-update", "4", "--save-dir", str(tmp_path / "ckpt"), "--no-epoch-checkpoints"]
+    run_cli(train, cwd=tmp_path, env=ONE_THREAD)
+    checkpoint_path = tmp_path / "ckpt" / "checkpoint_last.pt"
+    assert checkpoint(checkpoint_path)["cfg"]["model"]["residual_scheme"] == "hc"
+    proc = run_cli(["fairseq_cli.eval_lm", str(data / "bin"), "--path", str(checkpoint_path), *lm], cwd=tmp_path)
+    loss, perplexity = map(float, re.search(r"Loss \(base 2\): ([\d.]+), Perplexity: ([\d.]+)", proc.stderr).groups())
+    assert 0 < loss < 20 and perplexity == pytest.approx(2**loss, rel=1e-3)
