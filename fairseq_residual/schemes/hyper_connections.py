@@ -28,7 +28,8 @@ layer loop carries it (time, batch, n, C) in a local; each layer receives it as 
 Choices the paper leaves open (docs/schemes.md lists them): k counts the sub-layers of a stack (2 per encoder
 layer, 3 per decoder layer with cross-attention, 2 per LM layer); the decoder's cross-attention reads the
 encoder's output y (one tensor, as in every scheme); norm is a LayerNorm with learned gain and bias, one per
-sub-layer (the paper's pseudo-code uses LayerNorm); the same sums close the encoder, the decoder and the LM.
+sub-layer (public code following the paper's pseudo-code says the paper used LayerNorm; the mHC paper restates HC
+with RMSNorm); the same sums close the encoder, the decoder and the LM.
 """
 
 from typing import Any, Tuple

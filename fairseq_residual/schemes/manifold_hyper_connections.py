@@ -60,6 +60,7 @@ class ManifoldHyperConnection(nn.Module):
     """phi, alpha, b of one sub-layer: ``read`` x_l into the sub-layer's input H^pre x_l, ``write`` back."""
 
     def __init__(self, embed_dim: int, streams: int, dynamic: bool = True):
+        # dynamic: HyperConnection's signature; mHC's mappings are always input-dependent
         super().__init__()
         n = streams
         self.phi = nn.Parameter(torch.zeros(n * embed_dim, 2 * n + n * n))
