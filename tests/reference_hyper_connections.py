@@ -21,16 +21,17 @@ from reference_baselines import run_stacks
 def hc_mappings(connection, streams, dynamic):
     """[A_m]_i, [A_r]_ij, [B]_j for every token (scalars when static)."""
     n = len(streams)
+    a_m_static = connection.a_m_start + connection.a_m  # the stored form of A_m: its initial e_k plus the learned
     if not dynamic:
         return (
-            [connection.a_m[i] for i in range(n)],
+            [a_m_static[i] for i in range(n)],
             [[connection.a_r[i, j] for j in range(n)] for i in range(n)],
             [connection.b[j] for j in range(n)],
         )
     norm = connection.norm
     bars = [F.layer_norm(h, norm.normalized_shape, norm.weight, norm.bias, norm.eps) for h in streams]
     w, s_a, s_b = connection.w_alpha, connection.s_alpha, connection.s_beta
-    a_m = [connection.a_m[i] + s_a * torch.tanh(bars[i] @ w[:, 0]) for i in range(n)]
+    a_m = [a_m_static[i] + s_a * torch.tanh(bars[i] @ w[:, 0]) for i in range(n)]
     a_r = [[connection.a_r[i, j] + s_a * torch.tanh(bars[i] @ w[:, 1 + j]) for j in range(n)] for i in range(n)]
     b = [connection.b[j] + s_b * torch.tanh(bars[j] @ connection.w_beta) for j in range(n)]
     return a_m, a_r, b
@@ -55,7 +56,8 @@ def mhc_mappings(connection, streams):
     normed = flat / torch.sqrt(flat.pow(2).mean(dim=-1, keepdim=True) + 1e-20)
     p = normed @ connection.phi
     alpha = connection.alpha
-    pre = [torch.sigmoid(alpha[0] * p[..., i] + connection.b_pre[i]) for i in range(n)]
+    b_pre = connection.b_pre_start + connection.b_pre
+    pre = [torch.sigmoid(alpha[0] * p[..., i] + b_pre[i]) for i in range(n)]
     post = [2 * torch.sigmoid(alpha[1] * p[..., n + i] + connection.b_post[i]) for i in range(n)]
     logits = torch.stack(
         [

@@ -19,7 +19,8 @@ default) add an input-dependent part, computed token by token from the streams t
 A_m = e_{k mod n}, A_r = I, B = 1 (all ones), W = 0, s_alpha = s_beta = 0.01. Stack output: the sum of the
 streams, then the final LayerNorm, y = LN(sum_i h_i).
 
-Names: ``a_m``, ``a_r``, ``b`` the static matrices; ``w_alpha`` = [W_m | W_r] (C x (1 + n)), ``w_beta`` = W_beta,
+Names: ``a_m_start`` + ``a_m`` (the initial e_{k mod n}, a buffer, plus a parameter starting at 0), ``a_r``, ``b``
+the static matrices; ``w_alpha`` = [W_m | W_r] (C x (1 + n)), ``w_beta`` = W_beta,
 ``s_alpha``, ``s_beta``; ``norm`` the dynamic part's LayerNorm. Where H lives during a forward pass: the stack's
 layer loop carries it (time, batch, n, C) in a local; each layer receives it as its x, and
 ``sublayer_input`` / ``residual_sum`` hand the sub-layer's A_r, B from its read to its write in the layer's
@@ -46,43 +47,41 @@ DYNAMIC_SCALE_INIT = 0.01
 
 class HyperConnection(nn.Module):
     """A_m, A_r, B of one sub-layer (and their dynamic part): ``read`` H into the sub-layer's input h,
-    ``write`` its output back."""
+    ``write`` its output back. A_m = ``a_m_start`` + ``a_m``: the paper's initial e_{k mod n} is a buffer that
+    ``start_at`` sets once k is known (the scheme's ``initialize``: a layer does not know its index when fairseq
+    builds it), the learned parameter starts at 0; everything else takes its initial value here."""
+
+    a_m_start: Tensor
 
     def __init__(self, embed_dim: int, streams: int, dynamic: bool):
         super().__init__()
         n = streams
         self.a_m = nn.Parameter(torch.zeros(n))
-        self.a_r = nn.Parameter(torch.zeros(n, n))
-        self.b = nn.Parameter(torch.zeros(n))
+        self.register_buffer("a_m_start", torch.zeros(n))
+        self.a_r = nn.Parameter(torch.eye(n))
+        self.b = nn.Parameter(torch.ones(n))
         self.dynamic = dynamic
         if dynamic:
             self.norm = nn.LayerNorm(embed_dim)
             self.w_alpha = nn.Parameter(torch.zeros(embed_dim, 1 + n))
             self.w_beta = nn.Parameter(torch.zeros(embed_dim))
-            self.s_alpha = nn.Parameter(torch.zeros(()))
-            self.s_beta = nn.Parameter(torch.zeros(()))
+            self.s_alpha = nn.Parameter(torch.tensor(DYNAMIC_SCALE_INIT))
+            self.s_beta = nn.Parameter(torch.tensor(DYNAMIC_SCALE_INIT))
 
-    def reset(self, index: int) -> None:
-        """The paper's initialisation for the sub-layer ``index`` of its stack (Pre-LN at init)."""
-        n = self.a_m.numel()
+    def start_at(self, index: int) -> None:
+        """A_m = e_{index mod n} at init, for the sub-layer ``index`` of its stack (Pre-LN at init). A buffer only is
+        written: under FSDP a parameter outside its layer's call may be a shard of another worker's."""
         with torch.no_grad():
-            self.a_m.zero_()[index % n] = 1.0
-            self.a_r.copy_(torch.eye(n))
-            self.b.fill_(1.0)
-            if self.dynamic:
-                self.w_alpha.zero_()
-                self.w_beta.zero_()
-                self.s_alpha.fill_(DYNAMIC_SCALE_INIT)
-                self.s_beta.fill_(DYNAMIC_SCALE_INIT)
+            self.a_m_start.zero_()[index % self.a_m_start.numel()] = 1.0
 
     def read(self, streams: Tensor) -> Tuple[Tensor, Tuple[Tensor, Tensor]]:
         """h = A_m^T H, and (A_r, B) for the write. Static: A_m (n), A_r (n x n), B (n); dynamic: per token."""
         if not self.dynamic:
-            return torch.matmul(self.a_m, streams), (self.a_r, self.b)
+            return torch.matmul(self.a_m_start + self.a_m, streams), (self.a_r, self.b)
         normed = self.norm(streams)
         alpha = self.s_alpha * torch.tanh(torch.matmul(normed, self.w_alpha))  # (..., n, 1 + n): row i from h_i
         beta = self.s_beta * torch.tanh(torch.matmul(normed, self.w_beta))  # (..., n)
-        a_m, a_r = alpha[..., 0] + self.a_m, alpha[..., 1:] + self.a_r
+        a_m, a_r = alpha[..., 0] + (self.a_m_start + self.a_m), alpha[..., 1:] + self.a_r
         h = torch.matmul(a_m.unsqueeze(-2), streams).squeeze(-2)
         return h, (a_r, beta + self.b)
 
@@ -171,5 +170,5 @@ class HyperConnections(SublayerScheme):
             index = 0
             for layer in stack_layers(stack):
                 for connection in layer.hyper_connections.values():
-                    connection.reset(index)
+                    connection.start_at(index)
                     index += 1

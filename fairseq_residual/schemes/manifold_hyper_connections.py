@@ -20,7 +20,8 @@ alpha^pre = alpha^post = alpha^res = 0.01 at init (the paper's Table 5). The coe
 float32 (the paper's Eq. 14-19) and applied in the streams' dtype.
 
 Names: ``phi`` = [phi^pre | phi^post | phi^res] (nC x (2n + n^2), the paper's consolidated phi_l, Eq. 10),
-``alpha`` = (alpha^pre, alpha^post, alpha^res), ``b_pre``, ``b_post``, ``b_res``. The stack, its carry and its
+``alpha`` = (alpha^pre, alpha^post, alpha^res), ``b_pre_start`` + ``b_pre`` (b^pre's initial e_{k mod n}, a buffer,
+plus a parameter starting at 0, as HC's A_m), ``b_post``, ``b_res``. The stack, its carry and its
 output (y = LN(sum_i x_i)) are Hyper-Connections'.
 
 Choices the paper does not state (docs/schemes.md): phi = 0 at init (as HC's W); the static biases start from
@@ -59,24 +60,23 @@ def sinkhorn_knopp(logits: Tensor, iterations: int = SINKHORN_ITERATIONS) -> Ten
 class ManifoldHyperConnection(nn.Module):
     """phi, alpha, b of one sub-layer: ``read`` x_l into the sub-layer's input H^pre x_l, ``write`` back."""
 
+    b_pre_start: Tensor
+
     def __init__(self, embed_dim: int, streams: int, dynamic: bool = True):
         # dynamic: HyperConnection's signature; mHC's mappings are always input-dependent
         super().__init__()
         n = streams
         self.phi = nn.Parameter(torch.zeros(n * embed_dim, 2 * n + n * n))
-        self.alpha = nn.Parameter(torch.zeros(3))
+        self.alpha = nn.Parameter(torch.full((3,), DYNAMIC_SCALE_INIT))
         self.b_pre = nn.Parameter(torch.zeros(n))
+        self.register_buffer("b_pre_start", torch.zeros(n))
         self.b_post = nn.Parameter(torch.zeros(n))
-        self.b_res = nn.Parameter(torch.zeros(n, n))
+        self.b_res = nn.Parameter(torch.eye(n))
 
-    def reset(self, index: int) -> None:
-        n = self.b_pre.numel()
+    def start_at(self, index: int) -> None:
+        """b^pre = e_{index mod n} at init: the buffer ``b_pre_start`` (b^pre = b_pre_start + b_pre), as HC's A_m."""
         with torch.no_grad():
-            self.phi.zero_()
-            self.alpha.fill_(DYNAMIC_SCALE_INIT)
-            self.b_pre.zero_()[index % n] = 1.0
-            self.b_post.zero_()
-            self.b_res.copy_(torch.eye(n))
+            self.b_pre_start.zero_()[index % self.b_pre_start.numel()] = 1.0
 
     def mappings(self, streams: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
         """H^pre (..., n), H^post (..., n), H^res (..., n, n) for every token, in float32 (or wider)."""
@@ -86,7 +86,7 @@ class ManifoldHyperConnection(nn.Module):
         normed = flat * torch.rsqrt(flat.pow(2).mean(dim=-1, keepdim=True) + RMS_EPS)
         projected = torch.matmul(normed, self.phi.to(dtype))
         alpha = self.alpha.to(dtype)
-        pre = alpha[0] * projected[..., :n] + self.b_pre
+        pre = alpha[0] * projected[..., :n] + (self.b_pre_start + self.b_pre)
         post = alpha[1] * projected[..., n : 2 * n] + self.b_post
         res = alpha[2] * projected[..., 2 * n :].unflatten(-1, (n, n)) + self.b_res
         return torch.sigmoid(pre), 2 * torch.sigmoid(post), sinkhorn_knopp(res)

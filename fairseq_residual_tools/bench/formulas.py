@@ -302,6 +302,7 @@ def hyper_connections(c: StackCall) -> Work:
     work.add("mm", s, e + d * (m + 1) + a, 2 * e * (m + 1)).add("mv", s, e + d + r * m)
     work.add("tanh", s, 2 * a).add("mul", s, 2 * a).add("tanh", s, 2 * r * m).add("mul", s, 2 * r * m)
     work.add("add", 2 * s, 2 * r * m + m).add("add", s, 2 * r * m * m + m * m)  # + A_m, + B; + A_r
+    work.add("add", s, 3 * m)  # the static A_m = a_m_start + a_m (its initial e_k kept in a buffer)
     work.add("bmm", s, r * m + e + r * d, 2 * e).add("bmm", s, r * m * m + 2 * e, 2 * e * m)
     work.add("mul", s, r * m + r * d + e).add("add", s, 3 * e).add("add", -s, 3 * r * d)
     if not c.backward:
@@ -338,7 +339,7 @@ def manifold_hyper_connections(c: StackCall) -> Work:
     work.add("pow", s, 2 * e).add("mean", s, e + r).add("add", s, 2 * r).add("rsqrt", s, 2 * r)
     work.add("mul", s, 2 * e + r).add("mm", s, e + m * d * p + r * p, 2 * e * p)
     work.add("mul", 2 * s, 2 * r * m).add("add", 2 * s, 2 * r * m + m).add("mul", s, 2 * q).add("add", s, 2 * q + m * m)
-    work.add("sigmoid", 2 * s, 2 * r * m).add("mul", s, 2 * r * m)
+    work.add("sigmoid", 2 * s, 2 * r * m).add("mul", s, 2 * r * m).add("add", s, 3 * m)  # b_pre_start + b_pre
     work.add("amax", s, q + r).add("sub", s, 2 * q + r).add("exp", s, 2 * q)
     work.add("sum", 2 * t * s, q + r * m).add("div", 2 * t * s, 2 * q + r * m)
     work.add("bmm", s, r * m + e + r * d, 2 * e).add("bmm", s, q + 2 * e, 2 * e * m)

@@ -160,7 +160,7 @@ def test_static_one_stream_is_stock_pre_ln_whenever_its_weights_are_one():
         assert not torch.allclose(model(src, src_lengths, prev)[0], stock(src, src_lengths, prev)[0])
         for name, p in model.named_parameters():
             if "hyper_connections" in name:
-                p.fill_(1.0)
+                p.fill_(0.0 if name.endswith(".a_m") else 1.0)  # A_m = e_0 + 0
         assert torch.equal(model(src, src_lengths, prev)[0], stock(src, src_lengths, prev)[0])
 
 
@@ -185,10 +185,20 @@ def test_n_streams_at_init_are_pre_ln_up_to_layernorm_epsilon(scheme):
 
 def test_a_m_starts_at_stream_k_mod_n_along_each_stack():
     model = build_model(TinyTask(), scheme="hc", layers=2, hc_streams=4)
-    reads = [c.a_m.argmax().item() for layer in model.decoder.layers for c in layer.hyper_connections.values()]
-    assert reads == [0, 1, 2, 3, 0, 1]  # self-attention, cross-attention, FFN in two layers
-    reads = [c.a_m.argmax().item() for layer in model.encoder.layers for c in layer.hyper_connections.values()]
-    assert reads == [0, 1, 2, 3]
+
+    def reads(stack):
+        return [
+            (c.a_m_start + c.a_m).argmax().item() for layer in stack.layers for c in layer.hyper_connections.values()
+        ]
+
+    assert reads(model.decoder) == [0, 1, 2, 3, 0, 1]  # self-attention, cross-attention, FFN in two layers
+    assert reads(model.encoder) == [0, 1, 2, 3]
+    for stack in (model.encoder, model.decoder):  # A_r = I, B = 1 and every A_m one-hot at init
+        for layer in stack.layers:
+            for c in layer.hyper_connections.values():
+                assert torch.equal(c.a_r, torch.eye(4)) and torch.equal(c.b, torch.ones(4))
+                assert sorted((c.a_m_start + c.a_m).tolist()) == [0, 0, 0, 1]
+                assert c.s_alpha.item() == c.s_beta.item() == pytest.approx(0.01) and not c.w_alpha.any()
 
 
 @pytest.mark.parametrize(
