@@ -99,6 +99,28 @@ _SCHEME_FIELDS: List[Tuple[str, Any, Any]] = [
         ),
     ),
     (
+        "hc_streams",
+        int,
+        field(
+            default=4,
+            metadata={
+                "help": "Hyper-Connections (hc, mhc) only: n, the number of residual streams the hidden state is "
+                "expanded into (the papers use 4)"
+            },
+        ),
+    ),
+    (
+        "hc_static",
+        bool,
+        field(
+            default=False,
+            metadata={
+                "help": "hc only: static Hyper-Connections (learned A_m, A_r, B shared by all tokens), without the "
+                "dynamic, input-dependent part s * tanh(norm(H) W)"
+            },
+        ),
+    ),
+    (
         "residual_output_alpha",
         float,
         field(

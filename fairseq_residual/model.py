@@ -216,6 +216,7 @@ def validate_config(cfg):
     if not (math.isfinite(cfg.dual_stream_scale) and cfg.dual_stream_scale > 0):
         raise ConfigError(f"--dual-stream-scale must be a positive finite number, got {cfg.dual_stream_scale}")
     validate_output_options(cfg, scheme)
+    scheme.validate(cfg)
 
 
 def validate_output_options(cfg, scheme) -> None:

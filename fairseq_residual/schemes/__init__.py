@@ -19,8 +19,10 @@ from .b2t import B2T
 from .base import ResidualScheme
 from .deepnet import DeepNet
 from .dlcl import DLCL
+from .hyper_connections import HyperConnections
 from .keel import Keel
 from .ln_scaling import LayerNormScaling
+from .manifold_hyper_connections import ManifoldHyperConnections
 from .mix_ln import MixLN
 from .normformer import NormFormer
 from .post_ln import PostLN
@@ -47,6 +49,8 @@ SCHEMES: Dict[str, ResidualScheme] = {
         MixLN(),
         LayerNormScaling(),
         Keel(),
+        HyperConnections(),
+        ManifoldHyperConnections(),
     )
 }
 

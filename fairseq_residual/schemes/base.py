@@ -96,6 +96,10 @@ class ResidualScheme:
         """The stack's output from the carry after its last layer (through the stack-top module, if any)."""
         return carry if stack.layer_norm is None else stack.layer_norm(carry)
 
+    def validate(self, cfg) -> None:
+        """Reject the scheme's own options when they make no sense (a one-line ConfigError); ``cfg`` is
+        fairseq's nested TransformerConfig. The default accepts everything."""
+
     def initialize(self, model, cfg) -> None:
         """Called once on every freshly built model, before a checkpoint (if any) is loaded.
 
@@ -140,14 +144,17 @@ class SchemeLayer(FairseqLayer):
 
 
 class SublayerLayer(SchemeLayer):
-    """Mixin for a Post-LN layer whose residual sum depends on the sub-layer it closes or on
-    values of the current call (ResiDual's dual path, B2T's block input, Admin's profile).
+    """Mixin for a layer whose residual sum, or the input of its sub-layers, depends on the sub-layer
+    or on values of the current call (ResiDual's dual path, B2T's block input, Admin's profile,
+    Hyper-Connections' n streams).
 
     fairseq's layer ``forward`` closes each sub-layer with ``residual_connection(x, residual)``,
     which has no way to receive such values. ``SublayerEncoderLayer`` / ``SublayerDecoderLayer``
-    write the same forward sub-layer by sub-layer instead and close each one with
+    write the same forward sub-layer by sub-layer instead: each sub-layer reads
 
-        residual_sum(sublayer, x, residual, block_input, stream) -> (sum, stream)
+        sublayer_input(sublayer, x, stream) -> (h, stream)
+
+    (by default fairseq's: LN(x) in Pre-LN, x itself in Post-LN) and is closed with
 
     x: the sub-layer's output after dropout, residual: the stream it reads (its input in Post-LN,
     the un-normalised stream whose LN is its input in Pre-LN), block_input: the layer's input,
@@ -165,6 +172,15 @@ class SublayerLayer(SchemeLayer):
     def residual_sum(self, sublayer: str, x: Tensor, residual: Tensor, block_input: Tensor, stream):
         raise NotImplementedError
 
+    def sublayer_input(self, sublayer: str, x: Tensor, stream) -> Tuple[Tensor, Any]:
+        """What ``sublayer`` computes on (h) and the stream, from the layer's state x before it: fairseq's
+        LN(x) in Pre-LN (the sub-layer's own LayerNorm), x in Post-LN (its LN closed the previous sum)."""
+        return (self.sublayer_norm(sublayer)(x) if self.normalize_before else x), stream
+
+    def sublayer_norm(self, sublayer: str) -> nn.Module:
+        """fairseq's LayerNorm of ``sublayer``: before it in Pre-LN, after its residual sum in Post-LN."""
+        return getattr(self, SUBLAYER_NORMS[sublayer])
+
     def setup_layer(self, cfg, decoder):
         side = cfg.decoder if decoder else cfg.encoder
         if side.normalize_before != self.pre_norm or (decoder and cfg.cross_self_attention):
@@ -176,6 +192,14 @@ class SublayerLayer(SchemeLayer):
         if not decoder:  # NormFormer's modules, which fairseq builds in decoder layers only
             self.attn_ln = None
             self.ffn_layernorm = None
+
+
+#: each sub-layer's LayerNorm in fairseq's layers
+SUBLAYER_NORMS = {
+    "self_attn": "self_attn_layer_norm",
+    "encoder_attn": "encoder_attn_layer_norm",
+    "ffn": "final_layer_norm",
+}
 
 
 class PlainSumLayer(SublayerLayer):
@@ -200,17 +224,16 @@ class SublayerEncoderLayer(TransformerEncoderLayerBase):
         if attn_mask is not None:  # as fairseq: masked positions get a large negative score, not -inf
             attn_mask = attn_mask.masked_fill(attn_mask.to(torch.bool), -1e8 if x.dtype == torch.float32 else -1e4)
         block_input, pre = x, self.normalize_before
-        h = self.self_attn_layer_norm(x) if pre else x
+        h, stream = self.sublayer_input("self_attn", x, stream)
         f, _ = self.self_attn(
             query=h, key=h, value=h, key_padding_mask=encoder_padding_mask, need_weights=False, attn_mask=attn_mask
         )
         if self.attn_ln is not None:
             f = self.attn_ln(f)
         x, stream = self.residual_sum("self_attn", self.dropout_module(f), x, block_input, stream)
-        if pre:
-            h = self.final_layer_norm(x)
-        else:
-            x = h = self.self_attn_layer_norm(x)
+        if not pre:
+            x = self.self_attn_layer_norm(x)
+        h, stream = self.sublayer_input("ffn", x, stream)
         f = self.activation_dropout_module(self.activation_fn(self.fc1(h)))
         if self.ffn_layernorm is not None:
             f = self.ffn_layernorm(f)
@@ -247,7 +270,7 @@ class SublayerDecoderLayer(TransformerDecoderLayerBase):
         if prev_self_attn_state is not None or prev_attn_state is not None:
             raise NotImplementedError("prev_self_attn_state / prev_attn_state: pass the state in incremental_state")
         block_input, pre = x, self.normalize_before
-        h = self.self_attn_layer_norm(x) if pre else x
+        h, stream = self.sublayer_input("self_attn", x, stream)
         f, attn = self.self_attn(
             query=h,
             key=h,
@@ -265,7 +288,7 @@ class SublayerDecoderLayer(TransformerDecoderLayerBase):
         if not pre:
             x = self.self_attn_layer_norm(x)
         if self.encoder_attn is not None and encoder_out is not None:
-            h = self.encoder_attn_layer_norm(x) if pre else x
+            h, stream = self.sublayer_input("encoder_attn", x, stream)
             f, attn = self.encoder_attn(
                 query=h,
                 key=encoder_out,
@@ -279,7 +302,7 @@ class SublayerDecoderLayer(TransformerDecoderLayerBase):
             x, stream = self.residual_sum("encoder_attn", self.dropout_module(f), x, block_input, stream)
             if not pre:
                 x = self.encoder_attn_layer_norm(x)
-        h = self.final_layer_norm(x) if pre else x
+        h, stream = self.sublayer_input("ffn", x, stream)
         f = self.activation_dropout_module(self.activation_fn(self.fc1(h)))
         if self.ffn_layernorm is not None:  # NormFormer (--scale-fc)
             f = self.ffn_layernorm(f)

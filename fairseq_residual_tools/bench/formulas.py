@@ -16,9 +16,14 @@ them, each with its reason in ``FORMULAS``' docstrings).
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Tuple
 
+from fairseq_residual.config import _SCHEME_FIELDS
+from fairseq_residual.schemes.manifold_hyper_connections import SINKHORN_ITERATIONS
+
 from .variants import Size, model_args
 
 FLOAT_BYTES = 4
+#: ``--hc-streams``' default, which the bench's models use
+HC_STREAMS = next(f.default for name, _, f in _SCHEME_FIELDS if name == "hc_streams")
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,8 @@ class Shapes:
     G: int
     K: int
     L: int
+    #: Hyper-Connections' number of streams n (``--hc-streams``)
+    n: int = 1
 
     @classmethod
     def of(cls, size: Size) -> "Shapes":
@@ -55,6 +62,7 @@ class Shapes:
             size.gen_batch,
             BEAM,
             size.gen_len,
+            args.get("hc_streams", HC_STREAMS),
         )
 
 
@@ -70,6 +78,8 @@ class StackCall:
     backward: bool
     ffn: int = 0
     heads: int = 0
+    #: Hyper-Connections' n
+    streams: int = 1
 
     @property
     def rows(self) -> int:
@@ -98,12 +108,19 @@ class Work:
         self.flops: Dict[str, int] = {}
 
     def add(self, kind: str, count: int, elements: int, flops: int = 0) -> "Work":
-        """``count`` operations of ``kind`` (negative: removed), each reading and writing ``elements`` and
-        computing ``flops`` (matrix products only)."""
+        """``count`` operations of ``kind`` (negative: removed), each reading and writing ``elements`` and doing
+        ``flops`` (matrix products only, as ``torch.utils.flop_counter`` counts them)."""
         if count:
             self.ops[kind] = self.ops.get(kind, 0) + count
             self.elements[kind] = self.elements.get(kind, 0) + count * elements
             self.flops[kind] = self.flops.get(kind, 0) + count * flops
+        return self
+
+    def add_elements(self, kind: str, elements: int) -> "Work":
+        """``elements`` more (negative: fewer) read or written by operations of ``kind`` counted elsewhere."""
+        self.ops.setdefault(kind, 0)
+        self.flops.setdefault(kind, 0)
+        self.elements[kind] = self.elements.get(kind, 0) + elements
         return self
 
     def __iadd__(self, other: "Work") -> "Work":
@@ -295,6 +312,90 @@ def plugin(c: StackCall) -> Work:
     return work if c.decoder else work.add("_local_scalar_dense", -(c.layers - 1), 0)
 
 
+def hyper_connections(c: StackCall) -> Work:
+    """Dynamic Hyper-Connections over Pre-LN, with n streams, E = n · r · d elements in the n streams:
+
+    per stack: one contiguous copy of the embedding into the n streams (when n > 1 or its time-first view is
+    strided), the sum of the streams at the top and of every layer's output (the hidden states fairseq records:
+    always in the decoder, in training in the encoder too, whose model forward asks for them); backward: the
+    streams' gradients summed into the embedding's, and the top sub-layer's output gradient read once where a
+    bmm and a multiply read it (a broadcast of the sum's gradient over the streams).
+    Per sub-layer, forward: norm(H) (rows n r); H_bar [W_m | W_r] (mm) and H_bar W_beta (mv), their tanh and
+    scales; the static A_m, A_r, B added; h = A_m^T H and A_r^T H (bmm); B^T out (a broadcast multiply) and the
+    sum of the two; Pre-LN's sum x + f removed. Backward: each product's two gradients, the reductions of the
+    static matrices' and the scales' gradients over the tokens, select/slice backward of [A_m | A_r], the
+    gradient sums of H (read by the norm and both bmm) and of norm(H) (read by mm and mv); Pre-LN's gradient
+    sum of x (read by its LN and the residual) removed."""
+    r, d, m, s = c.rows, c.d, c.streams, c.sublayers
+    e, a = r * m * d, r * m * (m + 1)  # the streams; the dynamic [A_m | A_r]
+    work = Work().add("clone", int(m > 1 or c.strided), r * d + e)
+    work.add("sum", 1 + (c.layers if c.decoder or c.backward else 0), e + r * d)
+    work.add("native_layer_norm", s, layer_norm_forward(c) + 2 * (m - 1) * r * (d + 1))
+    work.add("mm", s, e + d * (m + 1) + a, 2 * e * (m + 1)).add("mv", s, e + d + r * m)
+    work.add("tanh", s, 2 * a).add("mul", s, 2 * a).add("tanh", s, 2 * r * m).add("mul", s, 2 * r * m)
+    work.add("add", 2 * s, 2 * r * m + m).add("add", s, 2 * r * m * m + m * m)  # + A_m, + B; + A_r
+    work.add("add", s, 3 * m)  # the static A_m = a_m_start + a_m (its initial e_k kept in a buffer)
+    work.add("bmm", s, r * m + e + r * d, 2 * e).add("bmm", s, r * m * m + 2 * e, 2 * e * m)
+    work.add("mul", s, r * m + r * d + e).add("add", s, 3 * e).add("add", -s, 3 * r * d)
+    if not c.backward:
+        return work
+    work.add("sum", 1, e + r * d)
+    # the top sub-layer's output gradient is the sum's, broadcast over the streams: read once, not n times
+    work.add_elements("bmm", -2 * (m - 1) * r * d).add_elements("mul", -2 * (m - 1) * r * d)
+    work.add("mul", s, 2 * e + r * m).add("mul", s, 2 * e + r * d).add("sum", s, e + r * m).add("sum", s, e + r * d)
+    work.add("bmm", 2 * s, r * m * m + 2 * e, 2 * e * m).add("bmm", 2 * s, r * m + r * d + e, 2 * e)
+    work.add("sum", 2 * s, r * m + m).add("sum", s, r * m * m + m * m).add("add", 3 * s, 3 * e)
+    work.add("slice_backward", s, r * m * m + a).add("select_backward", s, r * m + a).add("add", s, 3 * a)
+    work.add("mul", s, 2 * r * m).add("mul", s, 3 * r * m).add("sum", s, r * m).add("tanh_backward", s, 3 * r * m)
+    work.add("mul", s, r * m + d + e).add("mv", s, e + r * m + d)
+    work.add("mul", s, 2 * a).add("mul", s, 3 * a).add("sum", s, a).add("tanh_backward", s, 3 * a)
+    work.add("mm", 2 * s, e + a + d * (m + 1), 2 * e * (m + 1))
+    work.add("native_layer_norm_backward", s, 3 * e + 2 * r * m + 4 * d)
+    return work.add("add", -s, 3 * r * d)
+
+
+def manifold_hyper_connections(c: StackCall) -> Work:
+    """mHC over Pre-LN, with n streams, E = n · r · d, P = 2n + n^2 mapping entries per token, t = 20 rounds:
+
+    per stack as ``hyper_connections``. Per sub-layer, forward: RMSNorm of vec(x) (pow, mean, + eps, rsqrt, a
+    multiply); x' phi (mm); the three alpha (x' phi) + b; sigmoid twice and 2 sigma; Sinkhorn-Knopp: max, the
+    shift, exp, then t rounds of a column and a row normalisation (a sum and a division each); the read, write
+    and sum of ``hyper_connections``, Pre-LN's sum removed. Backward: the read's and write's products as in HC;
+    per normalisation two divisions, a negation, a product, a division, a sum and the gradient sum; exp's
+    product; 2 sigma and the sigmoids; per mapping b's and alpha's reductions, the slice of x' phi and the
+    select of alpha; phi's two products; RMSNorm's backward; the gradient sums of H and of vec(x)."""
+    r, d, m, s, t = c.rows, c.d, c.streams, c.sublayers, SINKHORN_ITERATIONS
+    e, p, q = r * m * d, 2 * m + m * m, r * m * m  # the streams; mapping entries per token; H^res entries
+    work = Work().add("clone", int(m > 1 or c.strided), r * d + e)
+    work.add("sum", 1 + (c.layers if c.decoder or c.backward else 0), e + r * d)
+    work.add("pow", s, 2 * e).add("mean", s, e + r).add("add", s, 2 * r).add("rsqrt", s, 2 * r)
+    work.add("mul", s, 2 * e + r).add("mm", s, e + m * d * p + r * p, 2 * e * p)
+    work.add("mul", 2 * s, 2 * r * m).add("add", 2 * s, 2 * r * m + m).add("mul", s, 2 * q).add("add", s, 2 * q + m * m)
+    work.add("sigmoid", 2 * s, 2 * r * m).add("mul", s, 2 * r * m).add("add", s, 3 * m)  # b_pre_start + b_pre
+    work.add("amax", s, q + r).add("sub", s, 2 * q + r).add("exp", s, 2 * q)
+    work.add("sum", 2 * t * s, q + r * m).add("div", 2 * t * s, 2 * q + r * m)
+    work.add("bmm", s, r * m + e + r * d, 2 * e).add("bmm", s, q + 2 * e, 2 * e * m)
+    work.add("mul", s, r * m + r * d + e).add("add", s, 3 * e).add("add", -s, 3 * r * d)
+    if not c.backward:
+        return work
+    work.add("sum", 1, e + r * d)
+    work.add_elements("bmm", -2 * (m - 1) * r * d).add_elements("mul", -2 * (m - 1) * r * d)
+    work.add("mul", s, 2 * e + r * m).add("mul", s, 2 * e + r * d).add("sum", s, e + r * m).add("sum", s, e + r * d)
+    work.add("bmm", 2 * s, q + 2 * e, 2 * e * m).add("bmm", 2 * s, r * m + r * d + e, 2 * e).add("add", 3 * s, 3 * e)
+    rounds = 2 * t * s  # each normalisation's backward
+    work.add("div", 3 * rounds, 2 * q + r * m).add("neg", rounds, 2 * q).add("mul", rounds, 3 * q)
+    work.add("sum", rounds, q + r * m).add("add", rounds, 2 * q + r * m)  # + the sum's gradient, broadcast
+    work.add("mul", s, 3 * q).add("mul", s, 2 * r * m).add("sigmoid_backward", 2 * s, 3 * r * m)
+    work.add("sum", s, q + m * m).add("mul", s, 2 * q).add("mul", s, 3 * q).add("sum", s, q)  # H~res's b, alpha
+    work.add("sum", 2 * s, r * m + m).add("mul", 2 * s, 2 * r * m).add("mul", 2 * s, 3 * r * m).add("sum", 2 * s, r * m)
+    work.add("slice_backward", s, q + r * p).add("slice_backward", 2 * s, r * m + r * p).add("add", 2 * s, 3 * r * p)
+    work.add("select_backward", 3 * s, 3).add("add", 2 * s, 9)
+    work.add("mm", 2 * s, e + r * p + m * d * p, 2 * e * p)
+    work.add("mul", s, 3 * e).add("mul", s, 2 * e + r).add("sum", s, e + r).add("pow", s, 2 * r).add("mul", s, 2 * r)
+    work.add("mul", s, 3 * r).add("div", s, e + r).add("pow", s, 2 * e).add("mul", s, 2 * e).add("mul", s, 3 * e)
+    return work.add("add", -s, 3 * r * d)
+
+
 def optimizer_residual(x: Shapes) -> Work:
     return Work()
 
@@ -328,6 +429,26 @@ def optimizer_dlcl(x: Shapes) -> Work:
     return work
 
 
+def optimizer_hyper_connections(x: Shapes) -> Work:
+    """Per sub-layer: A_m, B (n), A_r (n x n), norm's weight and bias (d), [W_m | W_r] (d x (n + 1)), W_beta (d),
+    s_alpha and s_beta (0-dim: their updates move no counted bytes)."""
+    s, n, d = 2 * x.N + 3 * x.M, x.n, x.d
+    work = adam(Work(), 2 * s, n)
+    adam(work, s, n * n)
+    adam(work, 3 * s, d)
+    adam(work, s, d * (n + 1))
+    return adam(work, 2 * s, 0)
+
+
+def optimizer_manifold_hyper_connections(x: Shapes) -> Work:
+    """Per sub-layer: phi (n d x (2n + n^2)), alpha (3), b^pre, b^post (n), b^res (n x n)."""
+    s, n, d = 2 * x.N + 3 * x.M, x.n, x.d
+    work = adam(Work(), s, n * d * (2 * n + n * n))
+    adam(work, s, 3)
+    adam(work, 2 * s, n)
+    return adam(work, s, n * n)
+
+
 #: scheme -> (the variant it is compared with, its operations per stack call, its parameters' updates)
 FORMULAS: Dict[str, Tuple[str, Callable[[StackCall], Work], Callable[[Shapes], Work]]] = {
     "residual": ("pre", residual, optimizer_residual),
@@ -342,6 +463,8 @@ FORMULAS: Dict[str, Tuple[str, Callable[[StackCall], Work], Callable[[Shapes], W
     "mix-ln": ("pre", mix_ln, optimizer_residual),
     "ln-scaling": ("pre", ln_scaling, optimizer_residual),
     "keel": ("pre", keel, optimizer_keel),
+    "hc": ("pre", hyper_connections, optimizer_hyper_connections),
+    "mhc": ("pre", manifold_hyper_connections, optimizer_manifold_hyper_connections),
     "pre": ("stock-pre", plugin, optimizer_residual),
     "post": ("stock-post", plugin, optimizer_residual),
 }
@@ -351,11 +474,11 @@ def stack_calls(x: Shapes, phase: str) -> Iterator[Tuple[StackCall, int]]:
     """(stack call, how many times) of a training step (each stack once, with backward) or of a generation
     (the encoder once, then L + 1 decoder steps of one position for G·K hypotheses)."""
     if phase == "train":
-        yield StackCall(x.S, x.B, x.d, x.N, False, True, x.F, x.H), 1
-        yield StackCall(x.T, x.B, x.d, x.M, True, True, x.F, x.H), 1
+        yield StackCall(x.S, x.B, x.d, x.N, False, True, x.F, x.H, x.n), 1
+        yield StackCall(x.T, x.B, x.d, x.M, True, True, x.F, x.H, x.n), 1
     else:
-        yield StackCall(x.S, x.G, x.d, x.N, False, False, x.F, x.H), 1
-        yield StackCall(1, x.G * x.K, x.d, x.M, True, False, x.F, x.H), x.L + 1
+        yield StackCall(x.S, x.G, x.d, x.N, False, False, x.F, x.H, x.n), 1
+        yield StackCall(1, x.G * x.K, x.d, x.M, True, False, x.F, x.H, x.n), x.L + 1
 
 
 def formula(scheme: str, size: Size, phase: str) -> Dict:

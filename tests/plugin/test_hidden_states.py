@@ -4,7 +4,8 @@
 the embedding that enters the first layer, then what each layer hands to the next one: for
 the Post-LN schemes (post, residual, deepnet, b2t, admin, tfixup) the output of the layer's
 last sub-layer (for ResiDual: x^ln, never the internal [x^ln ; x^d] packing), for the Pre-LN
-schemes (pre, dlcl) the layer's own output, before any stack-top LayerNorm or combination.
+schemes (pre, dlcl) the layer's own output, before any stack-top LayerNorm or combination; for
+Hyper-Connections (hc, mhc), whose layers hand n streams upward, their sum (what the stack-top LayerNorm reads).
 """
 
 import pytest
@@ -37,7 +38,8 @@ def layer_outputs(model, stack, scheme, run):
     watched = layers if get_scheme(scheme).normalize_before else [layer.final_layer_norm for layer in layers]
 
     def record(module, args, out):
-        seen.append((out[0] if isinstance(out, tuple) else out).detach().clone())  # decoder layer: (x, attn, state)
+        out = out[0] if isinstance(out, tuple) else out  # decoder layer: (x, attn, state)
+        seen.append((out.sum(dim=-2) if out.dim() == 4 else out).detach().clone())  # n streams: their sum
 
     hooks = [m.register_forward_hook(record) for m in watched]
     try:

@@ -48,6 +48,7 @@ def test_the_scheme_options_are_shown_with_their_help_and_default(capsys):
     assert "(default: residual)" in text
     assert "--dual-stream-scale DUAL_STREAM_SCALE ResiDual only:" in text
     assert "--residual-output-alpha RESIDUAL_OUTPUT_ALPHA ResiDual schemes only:" in text
+    assert "--hc-streams HC_STREAMS Hyper-Connections (hc, mhc) only:" in text
     assert "--encoder-embed-dim ENCODER_EMBED_DIM embedding dimension (default: 512)" in text
 
 

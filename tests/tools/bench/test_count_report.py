@@ -41,7 +41,20 @@ def test_counts_json_holds_the_command_provenance_and_every_variant(written):
     assert record["versions"]["torch"] == torch.__version__ and record["git"] == CLEAN
     (size,) = record["sizes"]
     assert list(size["variants"]) == ["stock-post", "stock-pre", "pre", "residual"]
-    assert size["shapes"] == {"B": 4, "S": 7, "T": 6, "d": 16, "F": 32, "H": 2, "N": 2, "M": 2, "G": 2, "K": 5, "L": 5}
+    assert size["shapes"] == {
+        "B": 4,
+        "S": 7,
+        "T": 6,
+        "d": 16,
+        "F": 32,
+        "H": 2,
+        "N": 2,
+        "M": 2,
+        "G": 2,
+        "K": 5,
+        "L": 5,
+        "n": 4,
+    }
     train = size["variants"]["residual"]["train"]
     assert train["ops"] == sum(k["ops"] for k in train["by_kind"].values()) and train["saved_bytes"] > 0
     # ResiDual over Pre-LN, the plugin's Pre-LN over stock's: in training and in generation
