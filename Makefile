@@ -33,10 +33,12 @@ $(STAMP): pyproject.toml setup.py constraints.txt fairseq_residual/quiet.py
 	touch $(STAMP)
 
 # as many test processes as cores (pytest-xdist; a file's tests stay in one process, with its fixtures), one torch
-# thread each: tiny models gain nothing from a second thread, and OpenMP threads spinning on a busy core do lose
+# thread each: tiny models gain nothing from a second thread, and OpenMP threads spinning on a busy core do lose;
+# files handed out in the order tests/conftest.py gives them (longest first), not xdist's (most tests first)
 TEST_WORKERS ?= auto
 test: $(STAMP)
-	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile tests
+	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile \
+		--no-loadscope-reorder tests
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

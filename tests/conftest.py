@@ -5,6 +5,37 @@ Helpers (tiny models, CLI runs) are in helpers.py."""
 import pytest
 import torch
 
+#: the longest test files, in seconds of one worker (`pytest -n 2 --durations=0`, summed per file, on the 2-core CI
+#: machine at a2262ea). ``make test`` hands whole files to its workers (--dist loadfile) in collection order; a long
+#: file handed out near the end keeps one worker busy while the other has nothing left, so these go first, longest
+#: first (a stale figure costs only balance, never a test)
+LONGEST_FILES = {
+    "tests/plugin/test_compile.py": 140,
+    "tests/plugin/test_checkpoint_reading.py": 95,
+    "tests/tools/demo/test_demo.py": 84,
+    "tests/plugin/test_quiet.py": 69,
+    "tests/tools/test_kill_stress.py": 62,
+    "tests/plugin/test_hub.py": 46,
+    "tests/tools/repro/test_repro_chain.py": 44,
+    "tests/tools/bench/test_bench.py": 43,
+    "tests/tools/gpu_check/test_gpu_check_cli.py": 39,
+    "tests/tools/repro/test_repro_launch.py": 39,
+    "tests/tools/analysis/test_lm_study.py": 36,
+    "tests/plugin/test_hydra_configs.py": 29,
+    "tests/plugin/test_cli.py": 29,
+    "tests/plugin/schemes/test_new_schemes_hydra.py": 29,
+    "tests/plugin/schemes/test_hyper_connections_cli.py": 28,
+    "tests/tools/dataprep/test_dataprep_recipes.py": 28,
+    "tests/plugin/test_finished_training.py": 27,
+    "tests/plugin/test_fsdp.py": 25,
+    "tests/tools/test_packaging.py": 23,
+}
+
+
+def pytest_collection_modifyitems(config, items):
+    """The longest files first (LONGEST_FILES); the rest, and the tests within a file, in collection order."""
+    items.sort(key=lambda item: -LONGEST_FILES.get(item.nodeid.split("::")[0], 0))
+
 
 @pytest.fixture(autouse=True, scope="module")
 def torch_threads_unchanged():

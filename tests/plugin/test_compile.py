@@ -16,7 +16,9 @@ from fairseq_residual.schemes import SCHEMES
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-LAYERS = 2
+#: two encoder layers (a carry handed from layer to layer, LayerNorm Scaling's second factor), one decoder layer (the
+#: decoder's three sub-layers): every code path of the schemes at 7 sub-layers, where 2 + 2 layers traced 10
+ENCODER_LAYERS, DECODER_LAYERS = 2, 1
 
 
 @pytest.fixture(autouse=True)
@@ -38,7 +40,7 @@ def loss_and_gradients(run, model, batch):
 def test_compiled_model_gives_eager_loss_and_gradients_in_training_and_in_eval(scheme):
     task = TinyTask()
     batch = random_batch(task)
-    model = baseline_model(scheme, task, LAYERS, LAYERS, batch=batch)  # dropout 0; Admin profiled
+    model = baseline_model(scheme, task, ENCODER_LAYERS, DECODER_LAYERS, batch=batch)  # dropout 0; Admin profiled
     compiled = torch.compile(model, backend="aot_eager")
     for training in (True, False):
         model.train(training)
@@ -51,7 +53,7 @@ def test_compiled_model_gives_eager_loss_and_gradients_in_training_and_in_eval(s
 
 
 def stock_transformer(task):
-    args = model_args(scheme="post", layers=LAYERS)
+    args = model_args(scheme="post", layers=ENCODER_LAYERS, decoder_layers=DECODER_LAYERS)
     del args.residual_scheme
     base_architecture(args)
     return TransformerModel.build_model(args, task).eval()
@@ -77,4 +79,7 @@ def test_eval_forward_breaks_into_no_more_graphs_than_fairseq_stock_transformer(
     task = TinyTask()
     batch = random_batch(task)
     assert stock_graph_breaks > 0  # fairseq's own data-dependent branches (padding masks) break the graph
-    assert graph_breaks(baseline_model(scheme, task, LAYERS, LAYERS, batch=batch), batch) <= stock_graph_breaks
+    assert (
+        graph_breaks(baseline_model(scheme, task, ENCODER_LAYERS, DECODER_LAYERS, batch=batch), batch)
+        <= stock_graph_breaks
+    )
