@@ -249,17 +249,24 @@ def test_generate_with_a_checkpoint_that_carries_code_is_one_line_and_runs_nothi
     assert marker.exists()
 
 
+#: where the resumed run stops and starts again: epoch 1's last update, epoch 2's first, inside epoch 2
+STOPS = (26, 27, 35)
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("stop", [26, 27, 35])  # epoch 1's last update, epoch 2's first, inside epoch 2
-def test_resuming_after_the_first_epoch_ends_bit_identical_to_the_uninterrupted_run(demo_databin, tmp_path, stop):
-    """--max-tokens 1024: 26 updates per epoch. fairseq alone built the resumed run's batches with other sentences."""
+def test_resuming_after_the_first_epoch_ends_bit_identical_to_the_uninterrupted_run(demo_databin, tmp_path):
+    """--max-tokens 1024: 26 updates per epoch. fairseq alone built the resumed run's batches with other sentences.
+    One run stopped at each of STOPS in turn and resumed, against one that never stopped: a resume that changed
+    a batch, a weight or an optimizer state at any of them would show in the end."""
     command = functools.partial(train_command, demo_databin.databin, max_tokens=1024, size="small")
-    train(command(save_dir=tmp_path / "straight", max_update=stop + 3), tmp_path / "straight.log")
-    train(command(save_dir=tmp_path / "resumed", max_update=stop), tmp_path / "resumed.log")
-    log = train(command(save_dir=tmp_path / "resumed", max_update=stop + 3), tmp_path / "resumed.log")
-    assert f"(epoch {1 + stop // 26} @ {stop} updates)" in log  # resumed where the first start stopped
+    end = STOPS[-1] + 3
+    train(command(save_dir=tmp_path / "straight", max_update=end), tmp_path / "straight.log")
+    train(command(save_dir=tmp_path / "resumed", max_update=STOPS[0]), tmp_path / "resumed.log")
+    for stop, until in zip(STOPS, (*STOPS[1:], end)):
+        log = train(command(save_dir=tmp_path / "resumed", max_update=until), tmp_path / "resumed.log")
+        assert f"(epoch {1 + stop // 26} @ {stop} updates)" in log  # resumed where the start before stopped
     straight, resumed = (torch.load(tmp_path / d / "checkpoint_last.pt") for d in ("straight", "resumed"))
-    assert resumed["optimizer_history"][-1]["num_updates"] == straight["optimizer_history"][-1]["num_updates"]
+    assert resumed["optimizer_history"][-1]["num_updates"] == straight["optimizer_history"][-1]["num_updates"] == end
     torch.testing.assert_close(resumed["model"], straight["model"], rtol=0, atol=0)
     torch.testing.assert_close(resumed["last_optimizer_state"], straight["last_optimizer_state"], rtol=0, atol=0)
 
