@@ -28,7 +28,14 @@ $(STAMP): pyproject.toml setup.py constraints.txt fairseq_residual/quiet.py
 	# writes every extension's build.ninja into one folder, so two built at once break each other's link
 	# (tests/tools/test_install_build.py)
 	$(PIP) -c constraints.txt setuptools Cython numpy
-	CFLAGS=-g0 $(PIP) -c constraints.txt --no-build-isolation fairseq-fixed
+	# the build keeps one core busy: every other package of constraints.txt installs on the other meanwhile (none is
+	# one the build reads: torch, numpy, Cython and setuptools are in place at their pinned versions)
+	rm -rf $(VENV)/wheelhouse
+	CFLAGS=-g0 $(BIN)/pip wheel --disable-pip-version-check --no-deps --no-build-isolation -c constraints.txt \
+		-w $(VENV)/wheelhouse fairseq-fixed & build=$$!; \
+		grep -v '^fairseq-fixed==' constraints.txt | $(PIP) -r /dev/stdin; installed=$$?; \
+		wait $$build && test $$installed = 0
+	$(PIP) --no-deps $(VENV)/wheelhouse/fairseq_fixed-*.whl
 	$(PIP) -c constraints.txt -e '.[data,analysis,tensorboard,test]'
 	touch $(STAMP)
 

@@ -79,7 +79,8 @@ def build_two_extensions(folder, build_ext_config: str) -> subprocess.CompletedP
 def install_build_line() -> str:
     """The command of ``make install`` that builds fairseq-fixed (``make -n``: printed, not run)."""
     recipe = subprocess.run(["make", "-n", "-B", "install"], cwd=ROOT, capture_output=True, text=True, check=True)
-    (line,) = [line for line in recipe.stdout.splitlines() if "--no-build-isolation" in line]
+    commands = recipe.stdout.replace("\\\n", " ").splitlines()  # a command continued over lines is one
+    (line,) = [line for line in commands if "--no-build-isolation" in line]
     return line
 
 
