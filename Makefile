@@ -73,9 +73,10 @@ bench: $(STAMP)
 gpu-bundle:
 	$(PYTHON) -m fairseq_residual_tools.gpu_bundle build --out gpu-bundle
 
-# after a tested upgrade of .venv: write its exact versions to constraints.txt (torch without its +cpu label)
+# after a tested upgrade of .venv: write its exact versions to constraints.txt (torch without its +cpu label; name==version
+# also for fairseq-fixed, which pip freeze names by the wheel file make install built)
 constraints: $(STAMP)
-	{ sed -n '/^#/p' constraints.txt; $(BIN)/pip freeze --exclude-editable | grep -v '^#' \
+	{ sed -n '/^#/p' constraints.txt; $(BIN)/pip list --format=freeze --exclude-editable --exclude pip --exclude setuptools \
 		| sed 's/^torch==\([0-9.]*\)+cpu$$/torch==\1/'; } > constraints.txt.new
 	mv constraints.txt.new constraints.txt
 
