@@ -148,23 +148,46 @@ def wait_or_kill(pid, log_path, offset, saves_before_kill=None, delay=0.0, kill_
 
     Returns (killed, exit status, this start's log text).
     """
-    mark = None if after_update is None else re.compile(rf"num_updates={after_update}\b")
+    saves = _SaveCounter(log_path, offset, after_update) if saves_before_kill is not None else None
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             return False, os.waitstatus_to_exitcode(status), _read(log_path, offset)
-        text = _read(log_path, offset) if saves_before_kill is not None else ""
-        if mark is not None:
-            found = mark.search(text)
-            text = text[found.end() :] if found else ""
-        if saves_before_kill is not None and text.count(SAVING) >= saves_before_kill:
+        if saves is not None and saves.count() >= saves_before_kill:
             kill_at = min(kill_at, time.monotonic() + delay)
-            saves_before_kill = None
+            saves = None
         if time.monotonic() >= kill_at:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             return True, -signal.SIGKILL, _read(log_path, offset)
         time.sleep(0.001)
+
+
+class _SaveCounter:
+    """The saves a start has begun so far (its ``SAVING`` lines, after the line of update ``after_update`` if
+    given), reading only what the log gained since the last look, whole lines only: the watch looks every
+    millisecond, and reading the whole log each time kept a core busy for the length of a training."""
+
+    def __init__(self, log_path, offset, after_update=None):
+        self.log = open(log_path, "rb")  # closed with the counter
+        self.log.seek(offset)
+        self.partial = b""
+        self.mark = None if after_update is None else re.compile(rf"num_updates={after_update}\b")
+        self.saves = 0
+
+    def count(self) -> int:
+        lines, _, self.partial = (self.partial + self.log.read()).rpartition(b"\n")
+        text = lines.decode("utf-8", errors="replace")
+        if self.mark is not None:
+            found = self.mark.search(text)
+            if found is None:
+                return 0
+            text, self.mark = text[found.end() :], None
+        self.saves += text.count(SAVING)
+        return self.saves
+
+    def __del__(self):
+        self.log.close()
 
 
 def _read(path, offset):
