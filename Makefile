@@ -29,13 +29,16 @@ $(STAMP): pyproject.toml setup.py constraints.txt fairseq_residual/quiet.py
 	# (tests/tools/test_install_build.py)
 	$(PIP) -c constraints.txt setuptools Cython numpy
 	# the build keeps one core busy: every other package of constraints.txt installs on the other meanwhile (none is
-	# one the build reads: torch, numpy, Cython and setuptools are in place at their pinned versions)
-	rm -rf $(VENV)/wheelhouse
+	# one the build reads: torch, numpy, Cython and setuptools are in place at their pinned versions); no build
+	# where the pinned fairseq-fixed is installed already
+	rm -rf $(VENV)/wheelhouse; build=; \
+	if [ "$$($(BIN)/python -c "from importlib.metadata import version; print(version('fairseq-fixed'))" \
+		2>/dev/null)" != "$$(sed -n 's/^fairseq-fixed==//p' constraints.txt)" ]; then \
 	CFLAGS=-g0 $(BIN)/pip wheel --disable-pip-version-check --no-deps --no-build-isolation -c constraints.txt \
-		-w $(VENV)/wheelhouse fairseq-fixed & build=$$!; \
-		grep -v '^fairseq-fixed==' constraints.txt | $(PIP) -r /dev/stdin; installed=$$?; \
-		wait $$build && test $$installed = 0
-	$(PIP) --no-deps $(VENV)/wheelhouse/fairseq_fixed-*.whl
+		-w $(VENV)/wheelhouse fairseq-fixed & build=$$!; fi; \
+	grep -v '^fairseq-fixed==' constraints.txt | $(PIP) -r /dev/stdin; installed=$$?; \
+	if [ -n "$$build" ]; then wait $$build && $(PIP) --no-deps $(VENV)/wheelhouse/fairseq_fixed-*.whl || exit 1; fi; \
+	test $$installed = 0
 	$(PIP) -c constraints.txt -e '.[data,analysis,tensorboard,test]'
 	touch $(STAMP)
 
