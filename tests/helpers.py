@@ -240,6 +240,20 @@ TINY_MODEL = [
 ]
 
 
+def generate_args(databin, checkpoint):
+    """``fairseq-generate`` of the test split with the plugin: beam 5, BPE removed, on the CPU."""
+    return ["fairseq_cli.generate", str(databin), "--user-dir", PLUGIN_DIR, "--path", str(checkpoint)] + [
+        "--beam",
+        "5",
+        "--max-len-b",
+        "20",
+        "--remove-bpe",
+        "--max-tokens",
+        "2000",
+        "--cpu",
+    ]
+
+
 def train_args(databin, save_dir, max_update, scheme="residual"):
     return [
         "fairseq_cli.train",

@@ -7,7 +7,7 @@ import re
 import pytest
 import torch
 from fixtures_dataprep import write_monolingual
-from helpers import PLUGIN_DIR, ROOT, run_cli, train_args
+from helpers import PLUGIN_DIR, ROOT, generate_args, run_cli, train_args
 
 from fairseq_residual_tools.dataprep import monolingual
 
@@ -16,19 +16,6 @@ pytestmark = pytest.mark.slow  # fairseq's CLIs run as processes
 UPDATES = 4
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 SCHEMES = ["hc", "mhc"]
-
-
-def generate_args(databin, checkpoint):
-    return ["fairseq_cli.generate", str(databin), "--user-dir", PLUGIN_DIR, "--path", str(checkpoint)] + [
-        "--beam",
-        "5",
-        "--max-len-b",
-        "20",
-        "--remove-bpe",
-        "--max-tokens",
-        "2000",
-        "--cpu",
-    ]
 
 
 def hyper_train_args(databin, save_dir, max_update, scheme):

@@ -10,32 +10,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
-from helpers import BASELINES, PLUGIN_DIR, run_cli, train_args
+from helpers import BASELINES, generate_args, run_cli, train_args
 
 pytestmark = pytest.mark.slow  # every test runs fairseq's CLIs
 
 UPDATES = 4
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 PROFILED = "Admin: profiled omega"
-
-
-def generate_args(databin, checkpoint):
-    return [
-        "fairseq_cli.generate",
-        str(databin),
-        "--user-dir",
-        PLUGIN_DIR,
-        "--path",
-        str(checkpoint),
-        "--beam",
-        "5",
-        "--max-len-b",
-        "20",
-        "--remove-bpe",
-        "--max-tokens",
-        "2000",
-        "--cpu",
-    ]
 
 
 def in_parallel(jobs):
