@@ -26,15 +26,16 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("ninja") is None, reason="the race is ninja's build file: no ninja, no race"),
 ]
 
-#: setup.py of the two extensions; the compile of each waits (up to 3 s) for the other before writing build.ninja
+#: setup.py of the two extensions; the compile of each waits (up to WAIT_S s) for the other before writing build.ninja
 SETUP_PY = textwrap.dedent(
     """
+    import os
     import threading
 
     from setuptools import Extension, setup
     from torch.utils import cpp_extension
 
-    both_compiling = threading.Barrier(2, timeout=3)
+    both_compiling = threading.Barrier(2, timeout=float(os.environ["WAIT_S"]))
     write_ninja_file = cpp_extension._write_ninja_file
 
     def write_when_both_compile(path, **kwargs):
@@ -63,7 +64,7 @@ SOURCE = textwrap.dedent(
 )
 
 
-def build_two_extensions(folder, build_ext_config: str) -> subprocess.CompletedProcess:
+def build_two_extensions(folder, build_ext_config: str, wait_s: float) -> subprocess.CompletedProcess:
     """``setup.py build_ext`` of the two extensions with ``build_ext_config`` as the distutils config file that
     ``make install`` gives fairseq-fixed's build (DIST_EXTRA_CONFIG)."""
     (folder / "setup.py").write_text(SETUP_PY)
@@ -71,6 +72,7 @@ def build_two_extensions(folder, build_ext_config: str) -> subprocess.CompletedP
         (folder / f"{name}.cpp").write_text(SOURCE.format(name=name))
     (folder / "build_ext.cfg").write_text(build_ext_config)
     env = {"PATH": "/usr/bin:/bin", "DIST_EXTRA_CONFIG": str(folder / "build_ext.cfg"), "CFLAGS": "-g0"}
+    env["WAIT_S"] = str(wait_s)
     return subprocess.run(
         [sys.executable, "setup.py", "build_ext", "--inplace"], cwd=folder, env=env, capture_output=True, text=True
     )
@@ -86,7 +88,9 @@ def install_build_line() -> str:
 
 def test_two_extensions_built_at_once_overwrite_one_build_file_and_the_link_fails(tmp_path):
     """The cause, on the settings of 1e6b799's Makefile: parallel = the number of cores (2 here)."""
-    proc = build_two_extensions(tmp_path, "[build_ext]\nparallel = 2\n")
+    # built at once, the two meet at the build file even on a loaded machine (they met within 3 s on an idle one,
+    # not always on a busy CI run)
+    proc = build_two_extensions(tmp_path, "[build_ext]\nparallel = 2\n", wait_s=120)
     assert proc.returncode != 0
     assert re.search(r"(first|second)\.o: No such file or directory|cannot find .*(first|second)\.o", proc.stderr)
 
@@ -96,6 +100,6 @@ def test_the_install_builds_fairseq_extensions_one_at_a_time_and_so_the_same_two
     assert "fairseq-fixed" in line
     # setuptools builds extensions one at a time unless a config file or --parallel says otherwise
     assert "DIST_EXTRA_CONFIG" not in line and "--parallel" not in line and "-j" not in line.split(), line
-    proc = build_two_extensions(tmp_path, "")
+    proc = build_two_extensions(tmp_path, "", wait_s=1)  # one at a time: nobody to wait for
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(p.name.split(".")[0] for p in tmp_path.glob("*.so")) == ["first", "second"]
