@@ -8,7 +8,7 @@ run builds the other extension's objects and the link of the first cannot find i
 .../data_utils_fast.o"): 2 of 7 fresh installs failed so on 1e6b799.
 
 The tests build two tiny C++ extensions the same way (torch's ``BuildExtension``, one build folder), with both
-compiles held at the moment they write their build file until the other arrives, so that the overlap that happens
+compiles held, their build files written, until the other's is written too, so that the overlap that happens
 by chance in a real install happens every time here.
 """
 
@@ -26,7 +26,7 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("ninja") is None, reason="the race is ninja's build file: no ninja, no race"),
 ]
 
-#: setup.py of the two extensions; the compile of each waits (up to WAIT_S s) for the other before writing build.ninja
+#: setup.py of the two extensions; each compile, its build.ninja written, waits (up to WAIT_S s) for the other's
 SETUP_PY = textwrap.dedent(
     """
     import os
@@ -38,14 +38,14 @@ SETUP_PY = textwrap.dedent(
     both_compiling = threading.Barrier(2, timeout=float(os.environ["WAIT_S"]))
     write_ninja_file = cpp_extension._write_ninja_file
 
-    def write_when_both_compile(path, **kwargs):
+    def write_then_wait_for_the_other(path, **kwargs):
+        write_ninja_file(path, **kwargs)
         try:
-            both_compiling.wait()
+            both_compiling.wait()  # both files written before either runs ninja: the later one is what both run
         except threading.BrokenBarrierError:
             pass  # one extension at a time: nobody to wait for
-        write_ninja_file(path, **kwargs)
 
-    cpp_extension._write_ninja_file = write_when_both_compile
+    cpp_extension._write_ninja_file = write_then_wait_for_the_other
     setup(
         name="two_extensions",
         # plain extensions, as fairseq's libbleu and Cython modules: BuildExtension compiles them with ninja too
