@@ -95,8 +95,6 @@ def loss_of(model, batch, seed=1):
 
 #: environment variables a forked run takes as a fresh process would; any other one in ``env`` means a fresh process
 FORK_ENV = {"OMP_NUM_THREADS", "MKL_NUM_THREADS"}
-#: modules that keep global state a fresh process would not have (hydra's GlobalHydra), always run fresh
-FRESH_MODULES = {"fairseq_cli.hydra_train"}
 #: set to 1 to run every CLI of the tests as a fresh process (to tell a fork-only difference from a real one)
 FRESH_VARIABLE = "FAIRSEQ_RESIDUAL_TEST_FRESH"
 
@@ -107,12 +105,13 @@ def run_cli(args, cwd, check=True, env=None, fresh=False):
     Forked (the default): a child of this process, which has torch, fairseq and the plugin imported already, runs the
     module as ``__main__`` with a fresh root logger, the warnings a fresh process would show (none:
     PYTHONWARNINGS=ignore) and the given working folder and environment; it saves the 3-6 s of imports a fresh
-    process spends. ``fresh=True``, an ``env`` beyond thread counts, or hydra: a new interpreter, for tests of what
-    a command prints before the plugin loads (tests/plugin/test_quiet.py, the .pth's filters)."""
+    process spends. ``fresh=True`` or an ``env`` beyond thread counts: a new interpreter, for tests of what a command
+    prints before the plugin loads (tests/plugin/test_quiet.py, the .pth's filters) or of what loading it sets up for
+    the command (under fairseq-hydra-train: HYDRA_FULL_ERROR, which makes an error one line)."""
     full_env = dict(os.environ, PYTHONWARNINGS="ignore")
     full_env.pop("TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD", None)
     full_env.update(env or {})
-    forked = not (fresh or set(env or ()) - FORK_ENV or args[0] in FRESH_MODULES or os.environ.get(FRESH_VARIABLE))
+    forked = not (fresh or set(env or ()) - FORK_ENV or os.environ.get(FRESH_VARIABLE))
     if forked:
         proc = _run_forked(list(map(str, args)), cwd, full_env)
     else:
@@ -154,6 +153,20 @@ def _configures_logging_before_fairseq(module: str) -> bool:
     return bool(configured and (imported is None or configured.start() < imported.start()))
 
 
+def _forget_hydra():
+    """Hydra's per-process singletons (the initialised config search path, the running job's config) as a fresh
+    process has them: empty. Its ConfigStore keeps the schemas fairseq and the plugin register, as a fresh one would."""
+
+    if "hydra" not in sys.modules:
+        return
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.singleton import Singleton
+
+    GlobalHydra.instance().clear()
+    for name in [n for n in Singleton._instances if n.__name__ in ("HydraConfig", "JobRuntime")]:
+        del Singleton._instances[name]
+
+
 def _child(args, cwd, env, out_fd, err_fd):
     import io
     import logging
@@ -180,6 +193,7 @@ def _child(args, cwd, env, out_fd, err_fd):
             logging.basicConfig(level=logging.DEBUG)
         # --user-dir finds the plugin imported (by this process): the one line a fresh process would not log
         logging.getLogger("fairseq.utils").addFilter(lambda r: "has already been imported" not in str(r.msg))
+        _forget_hydra()  # a fresh process has no hydra run yet: another test in this process may have had one
         warnings.resetwarnings()
         warnings.simplefilter("ignore")  # PYTHONWARNINGS=ignore, as run_cli gives a fresh process
         torch.set_num_threads(int(env.get("OMP_NUM_THREADS", "1")))

@@ -65,6 +65,7 @@ def hydra_train(tmp_path, *overrides):
         ],
         cwd=tmp_path,
         check=False,
+        fresh=True,
     )
 
 

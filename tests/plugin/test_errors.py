@@ -50,7 +50,7 @@ def test_unknown_scheme_under_fairseq_hydra_train_is_the_same_one_line(demo_data
     """omegaconf refused it in a 90-line traceback."""
     overrides = [f"task.data={demo_databin.databin}", f"common.user_dir={PLUGIN_DIR}", "model.residual_scheme=residul"]
     config = ["--config-dir", str(ROOT / "configs"), "--config-name", "small"]
-    proc = run_cli(["fairseq_cli.hydra_train", *config, *overrides], cwd=tmp_path, check=False)
+    proc = run_cli(["fairseq_cli.hydra_train", *config, *overrides], cwd=tmp_path, check=False, fresh=True)
     assert proc.returncode == 1 and proc.stderr.splitlines()[-1] == unknown_scheme_line()
     assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
 

@@ -163,7 +163,7 @@ def test_hydra_train_of_a_paper_config_on_a_language_model_data_bin_ends_in_one_
     args = [given.get(previous, a) for previous, a in zip([None, *args], args)]
     args = [f"task.data={made.lm / 'bin'}" if a.startswith("task.data=") else a for a in args]
     args = [f"common.user_dir={PLUGIN_DIR}" if a.startswith("common.user_dir=") else a for a in args]
-    proc = run_cli(["fairseq_cli.hydra_train", *args], cwd=tmp_path, check=False)
+    proc = run_cli(["fairseq_cli.hydra_train", *args], cwd=tmp_path, check=False, fresh=True)
     assert_one_line(proc, str(made.lm / "bin"), LM_DATA, "--task language_modeling reads it")
 
 
