@@ -107,9 +107,10 @@ PATCHES: List[Patch] = [
         "a finished training stays finished",
         "checkpoint_utils.load_checkpoint logs one line when the loaded training has reached --max-update, "
         "--max-epoch, --stop-min-lr or --stop-time-hours, and fairseq_cli.train.train then stops before a step (a "
-        "filter on fairseq_cli.train's logger says it at the configuration dump, from the saved state, and hides "
-        "fairseq's other lines); verify_checkpoint_directory gives the folder its times back; resuming at an epoch's "
-        "end first takes the learning-rate step fairseq took after that save",
+        "filter on fairseq_cli.train's logger says it at the configuration dump, from the saved state and for "
+        "--stop-min-lr the learning-rate schedule replayed on it, and hides fairseq's other lines); "
+        "verify_checkpoint_directory gives the folder its times back; resuming at an epoch's end first takes the "
+        "learning-rate step fairseq took after that save",
         "fairseq checks --max-update after an update: every re-run of a finished training trained one more and "
         "printed 90 lines around it; a plateau schedule lost the step after the last save, and a training stopped by "
         "--stop-min-lr trained on",
