@@ -140,10 +140,11 @@ PATCHES: List[Patch] = [
     ),
     Patch(
         "say that the input is not UTF-8",
-        "fairseq_cli.interactive.buffered_read (where that module is imported) reads stdin with surrogateescape under "
-        "every locale and says in one line on stderr which line first holds a byte UTF-8 cannot decode",
+        "fairseq_cli.interactive.buffered_read (where that module is imported) reads stdin and an --input file with "
+        "surrogateescape under every locale and says in one line on stderr which line (of which file) first holds a "
+        "byte UTF-8 cannot decode",
         "fairseq-interactive turned Latin-1 input into <unk> without a word under the C locale, and stopped in a "
-        "UnicodeDecodeError traceback under a UTF-8 locale",
+        "UnicodeDecodeError traceback under a UTF-8 locale and on an --input file",
         None,
         interactive_input.apply,
         undo_extra=interactive_input.undo,
