@@ -18,10 +18,10 @@ Such a re-run prints that line and nothing else, and leaves the save folder as i
 
 * fairseq_cli.train's first line is its whole configuration (``logger.info(cfg)``), logged before it builds anything
   and after the plugin is loaded, in every form of the command; a filter on that logger reads the checkpoint the
-  training would resume (memory-mapped: its tensors are not read) and, when the saved state alone shows the training
-  finished (``--max-update``, ``--max-epoch``, ``--stop-time-hours``), logs the line there and hides the records
-  below WARNING that fairseq logs until its last one (``done training``). ``--stop-min-lr`` needs the learning rate
-  after the load (a plateau step may come first): that re-run logs the line among fairseq's start-up lines;
+  training would resume (memory-mapped: its tensors are not read) and, when the saved state shows the training
+  finished, logs the line there and hides the records below WARNING that fairseq logs until its last one (``done
+  training``). For ``--stop-min-lr`` it replays the steps the load takes on fairseq's learning-rate schedule (a
+  plateau step may come first), with a one-parameter stand-in for the optimizer;
 * ``checkpoint_utils.verify_checkpoint_directory`` (a file made and removed to test the folder) gives the folder its
   times back.
 
@@ -32,6 +32,8 @@ since that import configures Python's root logger. Early stopping (``--patience`
 save its count of validations without improvement, so a re-run cannot tell that it had stopped.
 """
 
+import ast
+import copy
 import functools
 import logging
 import os
@@ -40,6 +42,8 @@ from typing import Any, Optional
 
 import torch
 from fairseq import checkpoint_utils
+from fairseq.optim import FairseqOptimizer
+from fairseq.optim.lr_scheduler import build_lr_scheduler
 
 logger = logging.getLogger(__name__)
 
@@ -76,7 +80,8 @@ def _stop_reason(opt, updates: int, next_epoch: int, lr: Optional[float], second
 def saved_stop_reason(cfg) -> Optional[str]:
     """``stop_reason`` for a training with options ``cfg`` from the checkpoint it would resume, before it is loaded;
     None where that cannot tell: no checkpoint_last.pt, a reset or another restore file, several processes (only
-    rank 0 reads the file), an unreadable file, or a training stopped only by ``--stop-min-lr``."""
+    rank 0 reads the file), or an unreadable file. ``--stop-min-lr`` is checked only where the schedule can be
+    replayed (``_lr_after_load``)."""
     ck = cfg.checkpoint
     resets = ck.reset_optimizer or ck.reset_lr_scheduler or ck.reset_meters or ck.reset_dataloader
     several = cfg.distributed_training.distributed_world_size > 1 or cfg.common.model_parallel_size > 1
@@ -90,7 +95,43 @@ def saved_stop_reason(cfg) -> Optional[str]:
         return None
     extra = state.get("extra_state") or {}
     epoch = (extra.get("train_iterator") or {}).get("epoch", 1)  # the loaded iterator's next_epoch_idx
-    return _stop_reason(cfg.optimization, updates, epoch, None, extra.get("previous_training_time", 0.0))
+    lr = None
+    if cfg.optimization.stop_min_lr >= 0:  # below 0 (fairseq's default), no learning rate reaches it
+        try:
+            lr = _lr_after_load(cfg, state)
+        except Exception:  # a schedule that needs more than a learning rate: the load's own check says the line
+            pass
+    return _stop_reason(cfg.optimization, updates, epoch, lr, extra.get("previous_training_time", 0.0))
+
+
+class _LearningRateOnly(FairseqOptimizer):
+    """A stand-in for a training's optimizer under its learning-rate schedule, which reads and sets only the rate."""
+
+    def __init__(self):
+        super().__init__(None)
+        self._optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
+
+
+def _lr_after_load(cfg, state) -> float:
+    """The learning rate that resuming from the saved ``state`` begins with: fairseq's schedule for ``cfg``, loaded
+    and stepped as ``Trainer.load_checkpoint``, ``checkpoint_utils.load_checkpoint`` and ``replay_epoch_end`` do."""
+    last, extra = state["optimizer_history"][-1], state["extra_state"]
+    optimizer = _LearningRateOnly()
+    schedule = build_lr_scheduler(copy.deepcopy(cfg).lr_scheduler, optimizer)  # it writes defaults into its options
+    schedule.step_update(0)
+    schedule.load_state_dict(last["lr_scheduler_state"])
+    group = optimizer.param_groups[0]
+    group["lr"] = state["last_optimizer_state"]["param_groups"][0]["lr"]
+    group.update(ast.literal_eval(cfg.checkpoint.optimizer_overrides))
+    updates = last["num_updates"]
+    schedule.step_update(updates)
+    itr_state = extra["train_iterator"]
+    ended = _ended_epoch(itr_state)
+    steps = [(itr_state["epoch"], None), *([] if ended is None else [(ended, extra.get("val_loss"))])]
+    for epoch, val_loss in steps:
+        schedule.step(epoch, val_loss)
+        schedule.step_update(updates)
+    return optimizer.get_lr()
 
 
 class _FinishedRunSilence(logging.Filter):
@@ -162,16 +203,22 @@ def _result(cfg, suffix: str) -> str:
     return f"its checkpoints are in {cfg.checkpoint.save_dir} ({', '.join(found)})"
 
 
-def replay_epoch_end(trainer, extra_state, epoch_itr) -> None:
-    """After loading a checkpoint saved at the end of epoch E (its iterator at epoch E+1, position 0), take the
-    learning-rate step ``lr_step(E, val_loss)`` that fairseq's loop took after that save; not when the schedule or the
-    iterator was reset (fine-tuning starts over)."""
-    itr_state = (extra_state or {}).get("train_iterator") or {}
+def _ended_epoch(itr_state) -> Optional[int]:
+    """The epoch E at whose end a checkpoint with this saved iterator was saved (the iterator is at epoch E+1,
+    position 0), or None."""
     epoch = itr_state.get("epoch", 1)
+    return epoch - 1 if itr_state.get("iterations_in_epoch", 0) == 0 and epoch > 1 else None
+
+
+def replay_epoch_end(trainer, extra_state, epoch_itr) -> None:
+    """After loading a checkpoint saved at the end of epoch E, take the learning-rate step ``lr_step(E, val_loss)``
+    that fairseq's loop took after that save; not when the schedule or the iterator was reset (fine-tuning starts
+    over)."""
+    ended = _ended_epoch((extra_state or {}).get("train_iterator") or {})
     checkpoint_cfg = trainer.cfg.checkpoint
     resets = checkpoint_cfg.reset_lr_scheduler or checkpoint_cfg.reset_optimizer or checkpoint_cfg.reset_dataloader
-    if itr_state.get("iterations_in_epoch", 0) == 0 and epoch > 1 and epoch_itr.epoch == epoch and not resets:
-        trainer.lr_step(epoch - 1, extra_state.get("val_loss"))
+    if ended is not None and epoch_itr.epoch == ended + 1 and not resets:
+        trainer.lr_step(ended, extra_state.get("val_loss"))
 
 
 def _finishing_load_checkpoint(load_checkpoint):

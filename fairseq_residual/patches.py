@@ -107,9 +107,10 @@ PATCHES: List[Patch] = [
         "a finished training stays finished",
         "checkpoint_utils.load_checkpoint logs one line when the loaded training has reached --max-update, "
         "--max-epoch, --stop-min-lr or --stop-time-hours, and fairseq_cli.train.train then stops before a step (a "
-        "filter on fairseq_cli.train's logger says it at the configuration dump, from the saved state, and hides "
-        "fairseq's other lines); verify_checkpoint_directory gives the folder its times back; resuming at an epoch's "
-        "end first takes the learning-rate step fairseq took after that save",
+        "filter on fairseq_cli.train's logger says it at the configuration dump, from the saved state and for "
+        "--stop-min-lr the learning-rate schedule replayed on it, and hides fairseq's other lines); "
+        "verify_checkpoint_directory gives the folder its times back; resuming at an epoch's end first takes the "
+        "learning-rate step fairseq took after that save",
         "fairseq checks --max-update after an update: every re-run of a finished training trained one more and "
         "printed 90 lines around it; a plateau schedule lost the step after the last save, and a training stopped by "
         "--stop-min-lr trained on",
@@ -139,10 +140,11 @@ PATCHES: List[Patch] = [
     ),
     Patch(
         "say that the input is not UTF-8",
-        "fairseq_cli.interactive.buffered_read (where that module is imported) reads stdin with surrogateescape under "
-        "every locale and says in one line on stderr which line first holds a byte UTF-8 cannot decode",
+        "fairseq_cli.interactive.buffered_read (where that module is imported) reads stdin and an --input file with "
+        "surrogateescape under every locale and says in one line on stderr which line (of which file) first holds a "
+        "byte UTF-8 cannot decode",
         "fairseq-interactive turned Latin-1 input into <unk> without a word under the C locale, and stopped in a "
-        "UnicodeDecodeError traceback under a UTF-8 locale",
+        "UnicodeDecodeError traceback under a UTF-8 locale and on an --input file",
         None,
         interactive_input.apply,
         undo_extra=interactive_input.undo,

@@ -62,8 +62,8 @@ def test_stop_min_lr_on_a_plateau_stays_stopped_and_resumed_the_schedule_goes_on
     demo_databin, tmp_path
 ):
     """The plateau step after epoch 2 (lr 1e-3 -> 1e-4) runs after that epoch's save: a re-run must find the training
-    finished by --stop-min-lr 1e-4, and resuming it without that stop must train epoch 3 at 1e-4 as a run of three
-    epochs does."""
+    finished by --stop-min-lr 1e-4 and say so in one line, and resuming it without that stop must train epoch 3 at
+    1e-4 as a run of three epochs does."""
     runs = {}
     for name in ("stopped", "straight"):
         save_dir, log = tmp_path / name, tmp_path / f"{name}.log"
@@ -72,10 +72,13 @@ def test_stop_min_lr_on_a_plateau_stays_stopped_and_resumed_the_schedule_goes_on
             first = run([*base, "--stop-min-lr", "1e-4"], log)
             assert "stopping training because current learning rate (0.0001)" in first
             assert state(save_dir)[0] == 14  # two epochs
-            before = file_states(save_dir)
+            before, folder_time = file_states(save_dir), save_dir.stat().st_mtime_ns
             again = run([*base, "--stop-min-lr", "1e-4"], log)
-            assert "the learning rate 0.0001 is at or below --stop-min-lr 0.0001 (14 updates)" in again
+            said = [line for line in again.splitlines() if "has already been imported" not in line]
+            assert len(said) == 1, again[-3000:]  # known from the saved state, before fairseq's start-up lines
+            assert "the learning rate 0.0001 is at or below --stop-min-lr 0.0001 (14 updates)" in said[0]
             assert "num_updates=" not in again and file_states(save_dir) == before
+            assert save_dir.stat().st_mtime_ns == folder_time
         text = run([*base, "--max-epoch", "3"], log)
         assert "epoch 003:      7 / 7" in text and "lr=0.0001," in text.split("begin training epoch 3")[-1]
         runs[name] = state(save_dir)

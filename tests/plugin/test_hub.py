@@ -236,19 +236,24 @@ def test_translate_logs_nothing(trained, caplog):
     assert [f"{r.name}: {r.getMessage()}" for r in caplog.records] == []
 
 
-def test_interactive_says_once_that_its_input_is_not_utf8(trained, tmp_path):
+@pytest.mark.parametrize("source", ["stdin", "--input"])
+def test_interactive_says_once_that_its_input_is_not_utf8(trained, tmp_path, source):
     """Latin-1 on stdin (here under the C locale, where Python reads undecodable bytes as escapes): fairseq turned
-    its accented letters into <unk> without a word; one line on stderr says the input is not UTF-8."""
+    its accented letters into <unk> without a word. Latin-1 in a file given by --input (which fairseq opens as UTF-8
+    under every locale): a UnicodeDecodeError traceback. Now both translate every line, and one line on stderr says
+    that the input, or the file, is not UTF-8."""
     out, checkpoint, raw_test = trained
     codes = out / json.loads((out / "summary.json").read_text())["translation"]["bpe_codes"]
     args = [str(out / "bin"), "--user-dir", str(ROOT / "fairseq_residual"), "--path", str(checkpoint)]
     args += ["--source-lang", "de", "--target-lang", "en", "--tokenizer", "moses", "--bpe", "subword_nmt"]
     args += ["--bpe-codes", str(codes), "--cpu", "--beam", "1", "--max-len-b", "4"]
     latin1 = f"{raw_test[0]}\nüber die straße\ngroß\n".encode("latin-1")
+    (tmp_path / "raw.de").write_bytes(latin1)
+    args += ["--input", "raw.de"] if source == "--input" else []
     env = dict(os.environ, PYTHONWARNINGS="ignore", LC_ALL="C")
     proc = subprocess.run(
         [sys.executable, "-m", "fairseq_cli.interactive", *args],
-        input=latin1,
+        input=latin1 if source == "stdin" else b"",
         capture_output=True,
         cwd=tmp_path,
         env=env,
@@ -257,7 +262,8 @@ def test_interactive_says_once_that_its_input_is_not_utf8(trained, tmp_path):
     assert proc.returncode == 0, stderr[-3000:]
     assert len(re.findall(r"^H-\d+\t", stdout, flags=re.M)) == 3  # every line translated
     said = [line for line in stderr.splitlines() if "UTF-8" in line]
+    named = "the input" if source == "stdin" else "the input file raw.de"
     assert said == [
-        "fairseq-interactive: the input is not UTF-8 (line 2 holds the byte 0xfc, which UTF-8 cannot decode): such "
+        f"fairseq-interactive: {named} is not UTF-8 (line 2 holds the byte 0xfc, which UTF-8 cannot decode): such "
         "characters become <unk>; convert it first (iconv -f latin1 -t utf-8)"
     ], stderr[-3000:]
