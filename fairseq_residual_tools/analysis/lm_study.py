@@ -32,7 +32,7 @@ from ..markdown import table
 from ..provenance import ROOT, describe, describe_git, git_state, provenance
 from ..training_log import RULE as FAILS_RULE
 from ..training_log import outcome
-from .study import failure_list, format_cell, print_validation, run_in_pool
+from .study import SEED_STYLES, failure_list, format_cell, losses_at_table, print_validation, run_in_pool
 from .variants import check_variants, variant_flags, variant_name
 
 #: the settings that go into every run's fairseq-train command
@@ -135,13 +135,46 @@ def depth_table(results: List[Dict], key: str, digits: int) -> str:
     return table(["scheme"] + [f"{d} layers" for d in depths], rows)
 
 
+def plot_curves(results: List[Dict], out: Path) -> None:
+    """train_loss.png and valid_loss.png: one panel per depth, one line per scheme and seed."""
+    from .plotting import plot_loss_curves
+
+    styles = dict(zip(sorted({r["seed"] for r in results}), itertools.cycle(SEED_STYLES)))
+    for curve, quantity, marker in (("train", "training", None), ("valid", "validation", ".")):
+        panels = {
+            f"{depth} layers": [
+                (r, f"{r['scheme']} seed {r['seed']}", dict(linestyle=styles[r["seed"]], marker=marker))
+                for r in results
+                if r["layers"] == depth
+            ]
+            for depth in sorted({r["layers"] for r in results})
+        }
+        suptitle = "CPU-scale language models on the Python manual's text (a small CPU run)"
+        ylabel = f"{quantity} loss (cross-entropy, base 2)"
+        plot_loss_curves(panels, f"{curve}_curve", out / f"{curve}_loss.png", suptitle, ylabel, columns=len(panels))
+
+
+def losses_at_section(results: List[Dict], updates: Optional[Sequence[int]]) -> str:
+    if not updates:
+        return ""
+    at = losses_at_table(results, ("scheme",), updates, lambda d, u: f"{d} layers @ {u}")
+    listed = ", ".join(map(str, updates))
+    return f"""## Validation loss at updates {listed} (`--loss-at`: points of the same runs; mean ± half-range)
+
+{at}
+
+"""
+
+
 def write_report(results: List[Dict], meta: Dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    plot_curves(results, out)
     write_json(out / "results.json", {**meta, "runs": [{k: v for k, v in r.items() if k != "reused"} for r in results]})
     summary_file = out / "summary.md"  # the reading, written by a person after the run
     summary = summary_file.read_text().strip() if summary_file.exists() else ""
     s, d = meta["settings"], meta["data"]
     depths = " and ".join(f"{x} layers" for x in s["depths"])
+    losses_at = losses_at_section(results, s.get("loss_at"))
     body = f"""# CPU-scale language-model study (a small CPU run, not a paper figure)
 
 Every residual scheme trained as a decoder-only language model (`residual_transformer_lm`) for
@@ -159,6 +192,8 @@ say nothing about large language models.
 ## Final validation loss (cross-entropy, base 2; mean ± half-range over seeds)
 
 {depth_table(results, "final_valid_loss", 3)}
+
+{losses_at}Curves: [train_loss.png](train_loss.png), [valid_loss.png](valid_loss.png).
 
 "fails" is `fairseq_residual_tools.training_log.divergence`, the rule every table here uses
 ({FAILS_RULE}). A failed run is not scored; a cell averages the seeds that trained and says how many
@@ -209,6 +244,7 @@ def parse_args(argv=None):
     p.add_argument("--max-update", type=int, default=150)
     p.add_argument("--validate-every", type=int, default=50)
     p.add_argument("--log-interval", type=int, default=10)
+    p.add_argument("--loss-at", type=int, nargs="+", help="also tabulate the validation loss at these updates")
     p.add_argument("--max-tokens", type=int, default=2048)
     p.add_argument("--bpe-merges", type=int, default=2000)
     p.add_argument("--paragraphs", type=int, help="the text's first N paragraphs only (default: all)")

@@ -24,10 +24,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from ..commands import run_training, score_test_set, train_command
 from ..demo.prepare import TGT, prepare_demo_data
+from ..errors import ConfigError
 from ..files import write_json, write_text
 from ..markdown import table
 from ..provenance import ROOT, describe, describe_git, git_state, provenance
@@ -39,6 +40,7 @@ from .variants import check_variants, variant_flags, variant_name
 #: the command-line settings that go into every run's fairseq-train command
 TRAINING_SETTINGS = ("dim", "lr", "warmup", "max_tokens", "max_update", "validate_every", "log_interval")
 SEED_STYLES = ("-", "--", ":", "-.")  # the line style of each seed in the curves
+COMMAND_FILE = "train_command.txt"  # in a run's folder from its start: what made it (check_recorded_runs)
 
 
 @dataclass(frozen=True)
@@ -89,6 +91,7 @@ def run_one(spec: RunSpec, data, refs, settings, runs_dir: Path) -> Dict:
     else:
         save_dir.mkdir(parents=True, exist_ok=True)
         cmd = training_command(data.databin, save_dir, spec, settings)
+        write_text(save_dir / COMMAND_FILE, " ".join(map(str, cmd[2:])))
         run_training(cmd, save_dir / "train.out", spec.name, on_line=partial(print_validation, spec.name))
         result = dict(asdict(spec), name=spec.name, train_command=" ".join(cmd[2:]), git=describe_git(git_state()))
         result.update(bleu=None, bleu_signature=None, generate_command=None, generate_seconds=0.0)  # until scored
@@ -103,6 +106,29 @@ def run_one(spec: RunSpec, data, refs, settings, runs_dir: Path) -> Dict:
     return result
 
 
+def recorded_command(save_dir: Path) -> Optional[str]:
+    """The training command a run's folder was made by: its result's, or the one written when it started."""
+    if (save_dir / "result.json").exists():
+        return json.loads((save_dir / "result.json").read_text())["train_command"]
+    started = save_dir / COMMAND_FILE
+    return started.read_text() if started.exists() else None
+
+
+def check_recorded_runs(specs: Sequence[RunSpec], data, settings, runs_dir: Path) -> None:
+    """A run's folder is reused or resumed only for the very command it was made by: the first that another one
+    made (other settings, the same --work) stops the study before anything trains, in one line."""
+    for spec in specs:
+        save_dir = runs_dir / spec.name
+        recorded = recorded_command(save_dir)
+        if recorded is not None and recorded != " ".join(
+            map(str, training_command(data.databin, save_dir, spec, settings)[2:])
+        ):
+            raise ConfigError(
+                f"{save_dir} holds run {spec.name} trained with other settings: give this study another --work, "
+                "or delete that folder to train it anew"
+            )
+
+
 def format_cell(runs: List[Dict], key: str, digits: int) -> str:
     """``mean ± half-range`` over the seeds that trained (one seed: its value); ``fails`` when every seed failed."""
     if not runs:
@@ -114,6 +140,37 @@ def format_cell(runs: List[Dict], key: str, digits: int) -> str:
     half = (max(ok) - min(ok)) / 2  # with two seeds, half the range is the distance to either seed
     cell = f"{statistics.mean(ok):.{digits}f}" + (f" ± {half:.{digits}f}" if len(ok) > 1 else "")
     return cell + (f" ({failed}/{len(runs)} fail)" if failed else "")
+
+
+def loss_at(run: Dict, update: int, curve: str = "valid_curve") -> Optional[float]:
+    """The run's loss logged at exactly ``update`` (None where its curve has no point there)."""
+    return next((loss for u, loss in run[curve] if u == update), None)
+
+
+def losses_at_table(results: List[Dict], row_keys: Sequence[str], updates: Sequence[int], column) -> str:
+    """Validation loss at each of ``updates`` (mean ± half-range over seeds): rows by ``row_keys`` of a run, columns
+    depth x update (``column(depth, update)``: the header)."""
+    depths = sorted({r["layers"] for r in results})
+    rows = []
+    for values in dict.fromkeys(tuple(r[k] for k in row_keys) for r in results):
+        runs = [r for r in results if tuple(r[k] for k in row_keys) == values]
+        cells = [_loss_at_cell([r for r in runs if r["layers"] == d], u) for d in depths for u in updates]
+        rows.append([*(_label(v) for v in values), *cells])
+    return table([*row_keys] + [column(d, u) for d in depths for u in updates], rows)
+
+
+def _loss_at_cell(runs: List[Dict], update: int) -> str:
+    """format_cell of the loss at ``update``, over the runs that logged it or failed; "not logged" where no run
+    that trained has a point there (a shorter budget, another validation interval)."""
+    points = [dict(r, at=loss_at(r, update)) for r in runs]
+    logged = [r for r in points if r["fails"] or r["at"] is not None]
+    if runs and not any(not r["fails"] for r in logged) and any(not r["fails"] for r in points):
+        return "not logged"
+    return format_cell(logged, "at", 3)
+
+
+def _label(value) -> str:
+    return ("yes" if value else "no") if isinstance(value, bool) else str(value)
 
 
 def ablation_table(results: List[Dict], key: str, digits: int) -> str:
@@ -133,6 +190,18 @@ def failure_list(results: List[Dict]) -> str:
     if not failed:
         return "No run met the divergence rule."
     return "\n".join(f"- `{r['name']}`: {r['fails']}" for r in failed)
+
+
+def _losses_at_section(results: List[Dict], updates: Optional[Sequence[int]]) -> str:
+    if not updates:
+        return ""
+    at = losses_at_table(results, ("scheme", "warmup"), updates, lambda d, u: f"E{d}D{d} @ {u}")
+    listed = ", ".join(map(str, updates))
+    return f"""## Validation loss at updates {listed} (`--loss-at`: points of the same runs; mean ± half-range)
+
+{at}
+
+"""
 
 
 def write_report(results: List[Dict], meta: Dict, out: Path):
@@ -159,6 +228,7 @@ def write_report(results: List[Dict], meta: Dict, out: Path):
     depths = " and ".join(f"E{d}D{d}" for d in s["depths"])
     run_minutes = sum(r["train_seconds"] + r["generate_seconds"] for r in results) / 60
     signature = next((r["bleu_signature"] for r in results if r["bleu_signature"]), "n/a")
+    losses_at = _losses_at_section(results, s.get("loss_at"))
     body = f"""# CPU-scale depth x warmup study (small-scale analogue, not the paper's experiment)
 
 Small models trained for {s["max_update"]} updates on the embedded **synthetic** corpus on a shared
@@ -173,7 +243,7 @@ pairs instead of IWSLT-14. Its numbers say nothing about the paper's BLEU scores
 
 {ablation_table(results, "final_valid_loss", 3)}
 
-## Test BLEU (sacrebleu, detokenised beam-5 output; mean ± half-range over seeds)
+{losses_at}## Test BLEU (sacrebleu, detokenised beam-5 output; mean ± half-range over seeds)
 
 {ablation_table(results, "bleu", 2)}
 
@@ -232,6 +302,7 @@ def parse_args(argv=None):
     p.add_argument("--max-update", type=int, default=150)
     p.add_argument("--validate-every", type=int, default=50)
     p.add_argument("--log-interval", type=int, default=10)
+    p.add_argument("--loss-at", type=int, nargs="+", help="also tabulate the validation loss at these updates")
     p.add_argument("--max-tokens", type=int, default=1024)
     p.add_argument("--train-pairs", type=int, default=6000)
     p.add_argument("--valid-pairs", type=int, default=200)
@@ -293,7 +364,9 @@ def main(argv=None):
         work / "data", train=args.train_pairs, valid=args.valid_pairs, test=args.test_pairs, bpe_merges=args.bpe_merges
     )
     refs = [line.rstrip("\n") for line in open(f"{data.raw_prefixes['test']}.{TGT}", encoding="utf-8")]
-    results = run_all(grid(args.schemes, args.depths, args.seeds), data, refs, args, started)
+    specs = grid(args.schemes, args.depths, args.seeds)
+    check_recorded_runs(specs, data, args, work / "runs")
+    results = run_all(specs, data, refs, args, started)
     spans = [log_span(work / "runs" / r["name"] / "train.out") for r in results]
     first = min((a for a, _ in spans if a), default=None)
     last = max((b for _, b in spans if b), default=None)

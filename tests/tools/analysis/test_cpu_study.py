@@ -2,12 +2,14 @@
 resuming, and probing one of its checkpoints. A reduced run checks the pipeline only."""
 
 import json
+from argparse import Namespace
 from pathlib import Path
 
 import pytest
 from fairseq import options
 
 from fairseq_residual_tools.analysis import probes, study
+from fairseq_residual_tools.errors import ConfigError
 from fairseq_residual_tools.training_log import training_seconds
 
 # probes.main sets torch's thread count (its --threads, 1): the fixture restores it after the module
@@ -108,6 +110,35 @@ def reduced_study(tmp_path_factory):
         "2",
     ]
     return work, out, argv, study.main(argv)
+
+
+def test_the_loss_at_an_update_is_read_off_each_runs_curve_and_averaged_over_seeds():
+    def run(warmup, seed, curve, fails=None):
+        return dict(scheme="pre", layers=3, warmup=warmup, seed=seed, valid_curve=curve, fails=fails)
+
+    results = [
+        run(True, 1, [[50, 9.0], [150, 7.0]]),
+        run(True, 2, [[50, 8.0], [150, 6.0]]),
+        run(False, 1, [[50, 8.5], [100, 8.0]]),  # stopped before update 150
+        run(False, 2, [[50, 9.5], [150, 9.0]], fails="stuck on a plateau"),
+    ]
+    lines = study.losses_at_table(results, ("scheme", "warmup"), (50, 150), lambda d, u: f"E{d}D{d} @ {u}")
+    rows = [cells(line) for line in lines.splitlines()]
+    assert rows[0] == ["scheme", "warmup", "E3D3 @ 50", "E3D3 @ 150"]
+    assert rows[2] == ["pre", "yes", "8.500 ± 0.500", "6.500 ± 0.500"]
+    assert rows[3] == ["pre", "no", "8.500 (1/2 fail)", "not logged"]
+
+
+def test_a_run_folder_made_by_other_settings_stops_the_study_before_anything_trains(tmp_path):
+    settings = study.parse_args(["--max-update", "150"])
+    spec, data = study.RunSpec("pre", 3, True, 1), Namespace(databin=tmp_path / "data-bin")
+    (tmp_path / "runs" / spec.name).mkdir(parents=True)
+    made = study.training_command(data.databin, tmp_path / "runs" / spec.name, spec, settings)
+    (tmp_path / "runs" / spec.name / study.COMMAND_FILE).write_text(" ".join(map(str, made[2:])))
+    study.check_recorded_runs([spec], data, settings, tmp_path / "runs")  # the same command: resumed
+    longer = study.parse_args(["--max-update", "600"])
+    with pytest.raises(ConfigError, match=f"holds run {spec.name} trained with other settings: give this study"):
+        study.check_recorded_runs([spec], data, longer, tmp_path / "runs")
 
 
 @pytest.mark.slow

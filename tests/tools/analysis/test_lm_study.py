@@ -14,7 +14,7 @@ from fairseq_residual_tools.errors import DataError
 #: two schemes, one depth, a tiny width, 16 updates on the manual's first 200 paragraphs: the pipeline only
 REDUCED = ["--schemes", "post", "residual", "--depths", "2", "--seeds", "1", "--dim", "16", "--max-update", "16"]
 REDUCED += ["--warmup", "4", "--lr", "5e-3", "--validate-every", "8", "--log-interval", "2"]
-REDUCED += ["--paragraphs", "200", "--bpe-merges", "100"]
+REDUCED += ["--paragraphs", "200", "--bpe-merges", "100", "--loss-at", "8", "16"]
 
 
 def test_paragraph_j_goes_to_valid_at_18_and_test_at_19_of_every_20(tmp_path):
@@ -38,6 +38,10 @@ def test_the_default_text_is_the_installed_pythons_manual(tmp_path):
     first = " ".join(topics[sorted(topics)[0]].split("\n\n")[0].split())
     assert (tmp_path / "train.txt").read_text().splitlines()[0] == first
     assert record["lines"] == {"train": 36, "valid": 2, "test": 2}
+
+
+def cells(line):
+    return [cell.strip() for cell in line.strip().strip("|").split("|")]
 
 
 @pytest.fixture(scope="module")
@@ -68,6 +72,14 @@ def test_a_reduced_study_trains_scores_and_reports_each_scheme(reduced):
     assert len(ppl_rows) == 1 and f"| {results[0]['test_ppl']:.1f} " in ppl_rows[0]  # one seed: no "± 0.0"
     record = json.loads((out / "results.json").read_text())
     assert record["data"]["paragraphs"] == 200 and len(record["data"]["sha256_bin"]) == 64
+    # --loss-at: the validation loss of each run at updates 8 and 16, read off its curve
+    at = readme.split("## Validation loss at updates 8, 16")[1].split("\n## ")[0].splitlines()
+    header, residual = (cells(line) for line in at if line.startswith(("| scheme", "| residual")))
+    assert header == ["scheme", "2 layers @ 8", "2 layers @ 16"]
+    curve = dict(results[1]["valid_curve"])
+    assert residual == ["residual", f"{curve[8]:.3f}", f"{curve[16]:.3f}"]
+    for png in ("train_loss.png", "valid_loss.png"):
+        assert (out / png).stat().st_size > 10_000
 
 
 @pytest.mark.slow
