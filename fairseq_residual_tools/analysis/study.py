@@ -152,7 +152,10 @@ def losses_at_table(results: List[Dict], row_keys: Sequence[str], updates: Seque
     depth x update (``column(depth, update)``: the header)."""
     depths = sorted({r["layers"] for r in results})
     rows = []
-    for values in dict.fromkeys(tuple(r[k] for k in row_keys) for r in results):
+    # rows in each key's order of first appearance, key by key (the schemes as given, then warmup yes before no)
+    order = {k: list(dict.fromkeys(r[k] for r in results)) for k in row_keys}
+    keyed = {tuple(r[k] for k in row_keys) for r in results}
+    for values in sorted(keyed, key=lambda v: tuple(order[k].index(x) for k, x in zip(row_keys, v))):
         runs = [r for r in results if tuple(r[k] for k in row_keys) == values]
         cells = [_loss_at_cell([r for r in runs if r["layers"] == d], u) for d in depths for u in updates]
         rows.append([*(_label(v) for v in values), *cells])
