@@ -277,7 +277,10 @@ def parse_args(argv: Sequence[str]):
         help="leave out ResiDual with --residual-output-scale 0.5 in the claims (four trainings beside the default's)",
     )
     parser.add_argument(
-        "--skip-hc", action="store_true", help="leave Hyper-Connections (hc) out of the claims and the benchmark"
+        "--with-hc",
+        action="store_true",
+        help="add Hyper-Connections (hc) to the claims and the benchmark (opt-in: the claims' trainings then get about"
+        " 236 updates each instead of 428)",
     )
     parser.add_argument("--with-compiled", action="store_true", help="add the torch.compile run (opt-in: ~3 min)")
     parser.add_argument("--dry-run", action="store_true", help="print every run with its estimate; run nothing")

@@ -47,13 +47,13 @@ def test_the_default_run_holds_every_part_of_the_issue_within_nine_minutes(estim
     assert "--launcher torchrun" in options(torchrun) and "--gpus 1" in options(torchrun)
     (bench,) = parts["bench"].runs
     assert "--device cuda --layouts=1" in options(bench)
-    assert "--sizes iwslt-e6d6,wmt-e18d18 --schemes residual,hc" in options(bench)
+    assert "--sizes iwslt-e6d6,wmt-e18d18 --schemes residual --out" in options(bench)
 
 
 def test_the_claims_train_three_schemes_scaled_residual_and_hc_at_two_depths_with_and_without_warmup_then_score_each(
     estimator, tmp_path
 ):
-    claims = parts_of(["--out", str(tmp_path)], estimator)["claims"]
+    claims = parts_of(["--with-hc", "--out", str(tmp_path)], estimator)["claims"]
     assert len(claims.runs) == 20 and len(claims.then) == 20
     labels = {r.label for r in claims.runs}
     schemes = ("post", "pre", "residual", "residual-c0.5", "hc")
@@ -81,9 +81,9 @@ def test_the_scaled_residual_is_left_out_on_request_or_without_residual(argv, es
     assert len(claims.runs) == 4 * (len({r.label.split()[0] for r in claims.runs}))
 
 
-def test_skip_hc_leaves_hc_out_of_the_claims_and_the_bench_and_gives_the_claims_its_time(estimator, tmp_path):
-    default = parts_of(["--out", str(tmp_path)], estimator)
-    skipped = parts_of(["--skip-hc", "--out", str(tmp_path)], estimator)
+def test_hc_is_opt_in_and_takes_its_time_from_the_claims(estimator, tmp_path):
+    default = parts_of(["--with-hc", "--out", str(tmp_path)], estimator)  # with hc
+    skipped = parts_of(["--out", str(tmp_path)], estimator)  # the default: without
     assert len(skipped["claims"].runs) == 16 and not any(r.label.startswith("hc ") for r in skipped["claims"].runs)
     assert options(skipped["bench"].runs[0]).endswith(f"--schemes residual --out {tmp_path / 'bench'}")
     # hc's variant in the bench: one more memory probe process and its rounds per size; the claims get the rest
