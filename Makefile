@@ -5,7 +5,7 @@
 # make demo    -- same environment, then train Post-LN / Pre-LN / ResiDual on the embedded corpus (report: work/demo/)
 # make demo-results -- the same, written into the committed results/demo/ and the README's table (after a plugin change)
 # make lm-cpu-results -- every scheme as a small language model on the Python manual's text -> results/lm-cpu/
-# make bench   -- same environment, then the side-by-side speed / memory benchmark and the counted work
+# make bench   -- same environment, then the side-by-side speed / memory benchmark, the counted work and HC's memory
 # make gpu-bundle -- wheels for an offline GPU node (CPython 3.12, torch 2.11) -> gpu-bundle/ (docs/install.md);
 #                 needs a Python 3.12 and PyPI, builds in work/gpu-bundle/ (~4.7 GB, once), not part of make test
 PYTHON ?= python3
@@ -67,10 +67,12 @@ lm-cpu-results: $(STAMP)
 
 # throughput / memory of every scheme vs fairseq's stock transformer -> results/bench/ (< 15 min);
 # glibc malloc keeps freed memory in the measuring processes, as PyTorch's allocator does on a GPU;
-# then the counted work of every scheme (operations, FLOPs, bytes -> counts.json / counts.md; resumable)
+# then the counted work of every scheme (operations, FLOPs, bytes -> counts.json / counts.md; resumable),
+# then Hyper-Connections' memory at 1, 2 and 4 streams (hc-memory.json / hc-memory.md)
 bench: $(STAMP)
 	$(BIN)/python scripts/bench.py --malloc keep
 	$(BIN)/python scripts/bench.py --counts-only
+	$(BIN)/python scripts/bench.py --hc-memory --malloc keep
 
 # the bundle's own code uses the standard library only: no .venv needed
 gpu-bundle:

@@ -4,6 +4,7 @@ fairseq-residual-bench --malloc keep          # what `make bench` runs: every si
 fairseq-residual-bench --sizes iwslt-e6d6 --schemes all --out /tmp/bench
 fairseq-residual-bench --device cuda --sizes wmt-e18d18 --out /tmp/bench-gpu
 fairseq-residual-bench --counts-only          # what `make bench` runs next: counts.json / counts.md, every scheme
+fairseq-residual-bench --hc-memory --malloc keep   # HC's memory at 1, 2, 4 streams: hc-memory.json / hc-memory.md
 """
 
 import argparse
@@ -33,6 +34,12 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         help="count aten operations, FLOPs and bytes of every variant instead of timing (deterministic; "
         "counts.json, counts.md; see bench/counts.py)",
     )
+    p.add_argument(
+        "--hc-memory",
+        action="store_true",
+        help="measure the memory of one training step of hc at 1, 2 and 4 streams beside Pre-LN instead of timing "
+        "(hc-memory.json, hc-memory.md; see bench/stream_memory.py)",
+    )
     p.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the models run (default: cpu)")
     p.add_argument("--warmup", type=int, default=2, help="untimed runs of every variant first, per layout")
     p.add_argument("--layouts", type=int, default=2, help="fresh processes per size, variants in rotated orders")
@@ -40,7 +47,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--rounds", type=int, default=3, help="interleaved timed rounds of training per layout")
     p.add_argument("--generation-rounds", type=int, default=5, help="interleaved timed rounds of generation per layout")
     p.add_argument("--threads", type=int, default=2, help="torch.set_num_threads")
-    p.add_argument("--same-process", action="store_true", help="measure every size in this process, not in fresh ones")
+    p.add_argument(
+        "--same-process",
+        action="store_true",
+        help="measure every size (with --hc-memory every variant) in this process, not in fresh ones",
+    )
     p.add_argument(
         "--malloc",
         choices=list(MALLOC_SETTINGS),
@@ -60,6 +71,8 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
         )
     if args.counts_only and (args.device != "cpu" or args.malloc or args.same_process):
         p.error("--counts-only counts on the CPU in this process; leave out --device, --malloc and --same-process")
+    if args.hc_memory and (args.counts_only or args.schemes):
+        p.error("--hc-memory measures Pre-LN and hc at 1, 2 and 4 streams; leave out --counts-only and --schemes")
     if args.device == "cuda" and args.malloc:
         p.error("--malloc sets glibc's malloc, which holds no tensors on a GPU; leave it out with --device cuda")
     unknown = [s for s in args.sizes.split(",") if s not in known]
@@ -103,6 +116,14 @@ def main(argv: Sequence[str]) -> None:
             "--device cuda: no CUDA GPU visible (torch.cuda.is_available() is False); "
             "run it on a machine with a GPU, or leave out --device to measure on the CPU"
         )
+    if args.hc_memory:
+        from . import stream_memory
+
+        torch.set_num_threads(args.threads)
+        record = stream_memory.run(args.sizes, command, args.threads, not args.same_process, args.malloc, args.device)
+        stream_memory.write(record, args.out)
+        print(stream_memory.markdown(record))
+        return
     from .measure import run
     from .report import markdown, write
 

@@ -52,6 +52,8 @@ class Variant:
     scheme: Optional[str] = None
     #: stock transformer only: Pre-LN (True) or Post-LN (False)
     normalize_before: bool = False
+    #: hc and mhc only: --hc-streams (None: its default)
+    streams: Optional[int] = None
 
 
 def variants(schemes: Optional[Sequence[str]] = None) -> List[Variant]:
@@ -101,6 +103,8 @@ def build_variant(variant: Variant, size: Size, task, device: str = "cpu"):
         arch, options = "transformer", dict(encoder_normalize_before=before, decoder_normalize_before=before)
     else:
         arch, options = "residual_transformer", dict(residual_scheme=variant.scheme)
+        if variant.streams is not None:
+            options["hc_streams"] = variant.streams
     args = Namespace(**dict(model_args(size), arch=arch, **options))  # the variant's options override the preset's
     torch.manual_seed(0)
     return ARCH_MODEL_REGISTRY[arch].build_model(args, task).to(device)

@@ -276,6 +276,12 @@ def parse_args(argv: Sequence[str]):
         action="store_true",
         help="leave out ResiDual with --residual-output-scale 0.5 in the claims (four trainings beside the default's)",
     )
+    parser.add_argument(
+        "--with-hc",
+        action="store_true",
+        help="add Hyper-Connections (hc) to the claims and the benchmark (opt-in: the claims' trainings then get about"
+        " 236 updates each instead of 428)",
+    )
     parser.add_argument("--with-compiled", action="store_true", help="add the torch.compile run (opt-in: ~3 min)")
     parser.add_argument("--dry-run", action="store_true", help="print every run with its estimate; run nothing")
     parser.add_argument("--cpu-tiny", action="store_true", help="run every part on the CPU at tiny sizes")

@@ -4,10 +4,11 @@
    --fp16-init-scale 8 (the authors' OPUS-100 setting) and --amp, 200 updates each, all nine at once;
    ``torchrun`` (a launch through scripts/train.sh with the visible GPUs) runs beside them.
 2. ``claims``: the paper's depth and warmup claims on the embedded corpus: Post-LN, Pre-LN and ResiDual at IWSLT
-   E6D6 and E12D12 (d256), with and without warmup, and ResiDual with ``--residual-output-scale 0.5`` beside the
-   default (``--skip-output-scale`` leaves it out), all sixteen at once for the time the budget leaves them, then
-   each scored with BLEU (beam 5) on the held-out test set.
-3. ``bench``: the benchmark on the GPU (stock Post-LN, stock Pre-LN, ResiDual; IWSLT E6D6, WMT E18D18).
+   E6D6 and E12D12 (d256), with and without warmup, ResiDual with ``--residual-output-scale 0.5`` beside the
+   default (``--skip-output-scale`` leaves it out) and, with ``--with-hc``, Hyper-Connections, all sixteen (twenty)
+   at once for the time the budget leaves them, then each scored with BLEU (beam 5) on the held-out test set.
+3. ``bench``: the benchmark on the GPU (stock Post-LN, stock Pre-LN, ResiDual, Hyper-Connections with
+   ``--with-hc``; IWSLT E6D6, WMT E18D18).
 4. ``compiled`` (opt-in: ``--with-compiled``): ResiDual E18D18 under torch.compile beside eager.
 
 Every run has an estimated time (estimate.py); the default parts fit ``BUDGET_S``. ``--cpu-tiny`` runs the same
@@ -38,6 +39,9 @@ PRECISIONS: Dict[str, List[str]] = {
     "amp": ["--amp"],
 }
 SCHEMES = ("post", "pre", "residual")
+#: Hyper-Connections (issue 33) in the claims and the benchmark beside the schemes with ``--with-hc``: opt-in, as its
+#: four trainings and bench variant leave every claims training about 236 updates of the 428 it plans without them
+HC = "hc"
 #: the claims' variant of ResiDual with its output scaled at init (docs/schemes.md): its label and its options
 SCALED_RESIDUAL: Tuple[str, str, Tuple[str, ...]] = ("residual-c0.5", "residual", ("--residual-output-scale", "0.5"))
 REFERENCE = "pre"
@@ -182,11 +186,19 @@ Variant = Tuple[str, str, Tuple[str, ...]]
 
 def claims_variants(args) -> List[Variant]:
     """(label, scheme, model options) of every scheme the claims train: the chosen schemes, then ResiDual with its
-    output scaled at init when ResiDual is one of them (unless ``--skip-output-scale``)."""
+    output scaled at init when ResiDual is one of them (unless ``--skip-output-scale``), then Hyper-Connections
+    (with ``--with-hc``)."""
     variants: List[Variant] = [(scheme, scheme, ()) for scheme in args.schemes]
     if "residual" in args.schemes and not args.skip_output_scale:
         variants.append(SCALED_RESIDUAL)
+    if HC not in args.schemes and args.with_hc:
+        variants.append((HC, HC, ()))
     return variants
+
+
+def bench_schemes(args) -> Tuple[str, ...]:
+    """The benchmark's schemes beside stock Post-LN and Pre-LN: ResiDual, and Hyper-Connections with ``--with-hc``."""
+    return ("residual", HC) if args.with_hc else ("residual",)
 
 
 def torchrun_command(databin, work: Path, gpus: int, scale: Scale) -> List[str]:
@@ -212,7 +224,7 @@ def torchrun_command(databin, work: Path, gpus: int, scale: Scale) -> List[str]:
 BENCH_ROUNDS = {"layouts": 1, "warmup": 2, "rounds": 5, "generation_rounds": 5}
 
 
-def bench_command(out: Path, scale: Scale) -> List[str]:
+def bench_command(out: Path, scale: Scale, schemes: Sequence[str]) -> List[str]:
     device = ["--device", "cpu", "--threads", "1"] if scale.cpu else ["--device", "cuda"]
     device += [f"--{k.replace('_', '-')}={v}" for k, v in BENCH_ROUNDS.items()]
     return [
@@ -222,7 +234,7 @@ def bench_command(out: Path, scale: Scale) -> List[str]:
         "--sizes",
         scale.bench_sizes,
         "--schemes",
-        "residual",
+        ",".join(schemes),
         "--out",
         str(out / "bench"),
     ]
@@ -260,29 +272,34 @@ def workloads(scale: Scale = GPU) -> List[Workload]:
     found += [
         _corpus_workload("residual_transformer_iwslt_de_en", layers, s)
         for layers in scale.claims_depths
-        for s in SCHEMES
+        for s in (*SCHEMES, HC)
     ]
     for name in scale.bench_sizes.split(","):
         size = SIZES[name]
-        found.append(Workload(size.arch, size.layers, "residual", size.vocab, size.batch, size.src_len))
+        found += [_bench_workload(size, s) for s in ("post", "pre", "residual", HC)]
     return list(dict.fromkeys(found))
 
 
-def _bench_estimate(estimator: Estimator, scale: Scale) -> float:
-    """Per size: a fresh process per layout and per memory probe (3 variants), each importing fairseq and starting
-    CUDA, and the warm-up and timed rounds of training and of beam-5 generation (a generation is taken to cost
-    about a training step) of 3 variants per layout."""
+def _bench_workload(size, scheme: str) -> Workload:
+    return Workload(size.arch, size.layers, scheme, size.vocab, size.batch, size.src_len)
+
+
+def _bench_estimate(estimator: Estimator, scale: Scale, schemes: Sequence[str]) -> float:
+    """Per size: a fresh process per layout and per memory probe (one per variant), each importing fairseq and
+    starting CUDA, and the warm-up and timed rounds of training and of beam-5 generation (a generation is taken to
+    cost about a training step) of every variant per layout: stock Post-LN and Pre-LN (as the plugin's post and
+    pre, the same layers), then ``schemes``."""
     from ..bench.variants import SIZES
 
     r = BENCH_ROUNDS
+    rounds = 2 * r["warmup"] + r["rounds"] + r["generation_rounds"]
     total = 0.0
     for name in scale.bench_sizes.split(","):
         size = SIZES.get(name)
         if size is None:  # the CPU path's tiny size
             continue
-        step = estimator.update(Workload(size.arch, size.layers, "residual", size.vocab, size.batch, size.src_len))
-        rounds = 2 * r["warmup"] + r["rounds"] + r["generation_rounds"]
-        total += (r["layouts"] + 3) * estimator.process_start() + r["layouts"] * 3 * rounds * step
+        steps = [estimator.update(_bench_workload(size, s)) for s in ("post", "pre", *schemes)]
+        total += (r["layouts"] + len(steps)) * estimator.process_start() + r["layouts"] * rounds * sum(steps)
     return total
 
 
@@ -307,7 +324,7 @@ def build(args, estimator: Estimator, gpus: int, spent: Optional[float] = None) 
 
     # 1. precision, with torchrun beside it
     runs: List[Run] = []
-    precision_workloads = {s: _corpus_workload(scale.precision_arch, scale.precision_layers, s) for s in SCHEMES}
+    precision_workloads = {s: _corpus_workload(scale.precision_arch, scale.precision_layers, s) for s in args.schemes}
     torchrun_workload = _corpus_workload("residual_transformer_iwslt_de_en", 6, "residual")
     flops = len(args.precisions) * sum(estimator.counts(precision_workloads[s])["flops"] for s in args.schemes)
     flops += estimator.counts(torchrun_workload)["flops"]
@@ -334,17 +351,18 @@ def build(args, estimator: Estimator, gpus: int, spent: Optional[float] = None) 
     # 3. and 4. first, so that the claims get the time left over
     later: List[Part] = []
     if not args.skip_bench:
-        cmd = bench_command(out, scale)
+        schemes = bench_schemes(args)
+        cmd = bench_command(out, scale, schemes)
         later.append(
             Part(
                 "bench",
                 "Benchmark on the GPU",
-                [Run("bench", cmd, "bench.log", _bench_estimate(estimator, scale))],
+                [Run("bench", cmd, "bench.log", _bench_estimate(estimator, scale, schemes))],
                 0.0,
             )
         )
-    bench_w = precision_workloads["residual"]
-    compiled_s = start + COMPILE_S + 2 * 23 * estimator.update(bench_w)
+    compiled_w = _corpus_workload(scale.precision_arch, scale.precision_layers, "residual")
+    compiled_s = start + COMPILE_S + 2 * 23 * estimator.update(compiled_w)
     later.append(
         Part(
             "compiled",

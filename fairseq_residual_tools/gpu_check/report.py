@@ -101,7 +101,7 @@ def _claim_cell(run: Optional[dict]) -> str:
 
 
 #: the claims' variants the paper has no row for (plan.SCALED_RESIDUAL): their method column
-VARIANT_METHODS = {"residual-c0.5": "ResiDual, --residual-output-scale 0.5"}
+VARIANT_METHODS = {"residual-c0.5": "ResiDual, --residual-output-scale 0.5", "hc": "Hyper-Connections (4 streams)"}
 
 
 def claims_table(claims: Dict[str, dict], depths, paper: dict) -> str:

@@ -28,8 +28,9 @@ def test_the_dry_run_lists_every_run_with_its_estimate_within_nine_minutes_and_w
     labels = [label for _, label in ((k, lab) for k, lab, _ in runs)]
     assert len([lab for lab in labels if lab.split()[0] in plan.PRECISIONS]) == 9
     assert sum(1 for kind, lab, _ in runs if kind == "run" and " e6d6 " in f" {lab} " or " e12d12 " in lab) >= 16
-    assert len([k for k, _, _ in runs if k == "scoring"]) == 16  # ResiDual with its output scaled too
+    assert len([k for k, _, _ in runs if k == "scoring"]) == 16  # ResiDual with its output scaled too; hc: opt-in
     assert "--residual-output-scale 0.5" in proc.stdout.split("- run residual-c0.5 e12d12 no-warmup")[1]
+    assert "--schemes residual " in proc.stdout.split("- run bench")[1] and "- run hc " not in proc.stdout
     assert {"torchrun", "bench", "compiled"} <= set(labels)
     assert all(int(seconds) > 0 for _, _, seconds in runs)
     total = re.search(r"default parts in all: about (\d+) s", proc.stdout)
@@ -113,7 +114,9 @@ def test_the_checks_code_path_runs_end_to_end_on_the_cpu_at_tiny_sizes(tmp_path,
         assert "BLEU" in claim["bleu_signature"] or "nrefs" in claim["bleu_signature"]
     assert [t["part"] for t in record["timings"]] == ["bundle install, start, plan", "data", "precision", "claims"]
     report = (out / "report.md").read_text()
-    assert "Run on the CPU at tiny sizes" in report and "| Pre-LN   | yes " in report
+    assert "Run on the CPU at tiny sizes" in report
+    rows = {tuple(c.strip() for c in line.strip("|").split("|")[:2]): line for line in report.splitlines()}
+    assert f"{plan.CPU_TINY.claims_updates} updates" in rows[("Pre-LN", "yes")]
     with tarfile.open(out / "logs.tar.gz") as tar:
         names = tar.getnames()
     assert "logs/amp-pre.log" in names and "logs/claims-pre-e1d1-warmup.log" in names

@@ -19,7 +19,7 @@ def test_counts_are_the_same_on_every_run_and_scale_as_the_work_does():
     assert deeper["ops"] > first["ops"] and deeper["flops"] > first["flops"]
 
 
-@pytest.mark.parametrize("scheme", ["post", "pre", "residual"])
+@pytest.mark.parametrize("scheme", ["post", "pre", "residual", "hc"])
 def test_counts_extended_from_depths_one_and_two_equal_a_direct_count(scheme):
     w = Workload(layers=4, scheme=scheme, sentences=3, **TINY)
     assert count_step(w) == estimate.count_at_depth(w)

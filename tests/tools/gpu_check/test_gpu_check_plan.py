@@ -46,23 +46,23 @@ def test_the_default_run_holds_every_part_of_the_issue_within_nine_minutes(estim
     assert "scripts/train.sh --cell iwslt14/residual/e6d6" in options(torchrun)
     assert "--launcher torchrun" in options(torchrun) and "--gpus 1" in options(torchrun)
     (bench,) = parts["bench"].runs
-    assert "--device cuda --layouts=1" in options(bench) and "--sizes iwslt-e6d6,wmt-e18d18 --schemes residual" in (
-        options(bench)
-    )
+    assert "--device cuda --layouts=1" in options(bench)
+    assert "--sizes iwslt-e6d6,wmt-e18d18 --schemes residual --out" in options(bench)
 
 
-def test_the_claims_train_three_schemes_and_scaled_residual_at_two_depths_with_and_without_warmup_then_score_each(
+def test_the_claims_train_three_schemes_scaled_residual_and_hc_at_two_depths_with_and_without_warmup_then_score_each(
     estimator, tmp_path
 ):
-    claims = parts_of(["--out", str(tmp_path)], estimator)["claims"]
-    assert len(claims.runs) == 16 and len(claims.then) == 16
+    claims = parts_of(["--with-hc", "--out", str(tmp_path)], estimator)["claims"]
+    assert len(claims.runs) == 20 and len(claims.then) == 20
     labels = {r.label for r in claims.runs}
-    schemes = ("post", "pre", "residual", "residual-c0.5")
+    schemes = ("post", "pre", "residual", "residual-c0.5", "hc")
     assert labels == {f"{s} e{d}d{d} {w}" for s in schemes for d in (6, 12) for w in ("warmup", "no-warmup")}
     for run in claims.runs:  # only the scaled variant sets the output scale, on ResiDual
         scaled = run.label.startswith("residual-c0.5 ")
         assert ("--residual-scheme residual --encoder-layers" in options(run)) == run.label.startswith("residual")
         assert ("--residual-output-scale 0.5" in options(run)) == scaled
+        assert ("--residual-scheme hc --encoder-layers" in options(run)) == run.label.startswith("hc ")
     for run in claims.runs:
         text = options(run)
         assert "--arch residual_transformer_iwslt_de_en" in text and "--lr 5e-4" in text and "--fp16" not in text
@@ -79,6 +79,21 @@ def test_the_scaled_residual_is_left_out_on_request_or_without_residual(argv, es
     claims = parts_of([*argv, "--out", str(tmp_path)], estimator)["claims"]
     assert not any("--residual-output-scale" in options(r) for r in claims.runs)
     assert len(claims.runs) == 4 * (len({r.label.split()[0] for r in claims.runs}))
+
+
+def test_hc_is_opt_in_and_takes_its_time_from_the_claims(estimator, tmp_path):
+    default = parts_of(["--with-hc", "--out", str(tmp_path)], estimator)  # with hc
+    skipped = parts_of(["--out", str(tmp_path)], estimator)  # the default: without
+    assert len(skipped["claims"].runs) == 16 and not any(r.label.startswith("hc ") for r in skipped["claims"].runs)
+    assert options(skipped["bench"].runs[0]).endswith(f"--schemes residual --out {tmp_path / 'bench'}")
+    # hc's variant in the bench: one more memory probe process and its rounds per size; the claims get the rest
+    assert skipped["bench"].estimate_s < default["bench"].estimate_s
+    assert skipped["claims"].estimate_s - default["claims"].estimate_s == pytest.approx(
+        default["bench"].estimate_s - skipped["bench"].estimate_s
+    )
+    assert all(a.planned_updates > b.planned_updates for a, b in zip(skipped["claims"].runs, default["claims"].runs))
+    for parts in (default, skipped):
+        assert plan.default_seconds(list(parts.values())) == pytest.approx(plan.BUDGET_S)
 
 
 def test_the_claims_get_the_time_the_run_has_left(estimator, tmp_path):

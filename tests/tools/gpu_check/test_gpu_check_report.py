@@ -94,12 +94,13 @@ def test_claims_table_puts_each_measured_cell_beside_the_papers_warmup_ablation(
     ] in rows
 
 
-def test_claims_table_lists_residual_with_its_output_scaled_after_the_papers_rows_with_no_paper_cells():
+def test_claims_table_lists_scaled_residual_and_hc_after_the_papers_rows_with_no_paper_cells():
     paper = json.loads((ROOT / "results" / "paper" / "warmup_ablation.json").read_text())
     claims = {
         "residual e6d6 warmup": claim(30.5, None, 900),
         "residual-c0.5 e6d6 warmup": claim(33.25, None, 880),
         "residual-c0.5 e12d12 no-warmup": claim(31.0, None, 500),
+        "hc e12d12 warmup": claim(29.5, None, 450),
     }
     rows = cells(claims_table(claims, (6, 12), paper))
     scaled = [row for row in rows if row[0] == "ResiDual, --residual-output-scale 0.5"]
@@ -107,7 +108,11 @@ def test_claims_table_lists_residual_with_its_output_scaled_after_the_papers_row
         ["ResiDual, --residual-output-scale 0.5", "yes", "33.25, trained, 880 updates", "not run", "-", "-"],
         ["ResiDual, --residual-output-scale 0.5", "no", "not run", "31.00, trained, 500 updates", "-", "-"],
     ]
-    assert rows.index(scaled[0]) == len(rows) - 2  # after the paper's six rows
+    assert rows.index(scaled[0]) == len(rows) - 4  # after the paper's six rows
+    assert rows[-2:] == [
+        ["Hyper-Connections (4 streams)", "yes", "not run", "29.50, trained, 450 updates", "-", "-"],
+        ["Hyper-Connections (4 streams)", "no", "not run", "not run", "-", "-"],
+    ]
     assert ["ResiDual", "yes", "30.50, trained, 900 updates", "not run", "35.63", "36.09"] in rows
 
 
