@@ -149,7 +149,7 @@ def plot_curves(results: List[Dict], out: Path) -> None:
             ]
             for depth in sorted({r["layers"] for r in results})
         }
-        suptitle = "CPU-scale language models on the Python manual's text (a small CPU run)"
+        suptitle = "CPU-scale LM study (a small CPU run)"
         ylabel = f"{quantity} loss (cross-entropy, base 2)"
         plot_loss_curves(panels, f"{curve}_curve", out / f"{curve}_loss.png", suptitle, ylabel, columns=len(panels))
 
