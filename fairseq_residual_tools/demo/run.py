@@ -8,8 +8,9 @@ table into README.md and docs/results.md instead, with the sha256 of the code th
 
 The trainings run ``jobs`` at a time with one torch thread each (one thread per process beats two oversubscribed
 ones whenever the cores are shared), the most expensive first so that the last to finish is a cheap one. A run's
-folder is named by a hash of the settings it depends on: a finished training (``result.json``) is reused, an
-interrupted one resumes from its ``checkpoint_last.pt``, a changed setting trains anew.
+folder is named by a hash of the settings and the code (``DEMO_CODE``) it depends on: a finished training
+(``result.json``) is reused, an interrupted one resumes from its ``checkpoint_last.pt``, a changed setting or a change
+to the plugin trains anew.
 """
 
 import argparse
@@ -75,9 +76,10 @@ def digest(*parts) -> str:
     return hashlib.sha1(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:8]
 
 
-def run_name(settings: Dict, scheme: str, depth: Dict) -> str:
-    """``post-e12d12-<hash>``: the folder of one training, named by everything it depends on."""
-    key = digest(settings["seed"], settings["corpus"], depth, settings["log_points"], scheme)
+def run_name(settings: Dict, scheme: str, depth: Dict, code: str) -> str:
+    """``post-e12d12-<hash>``: the folder of one training, named by everything it depends on, the code
+    (``code``: DEMO_CODE's sha256) included, so that a training made by other code is never reused."""
+    key = digest(settings["seed"], settings["corpus"], depth, settings["log_points"], scheme, code)
     return f"{scheme}-e{depth['layers']}d{depth['layers']}-{key}"
 
 
@@ -107,10 +109,10 @@ class TrainingProgress:
         print(f"[{self.label}] update {update}/{self.max_update}  loss {loss:.2f}  ETA {eta}", flush=True)
 
 
-def train_and_score(scheme: str, depth: Dict, settings: Dict, data, references, runs_dir: Path) -> Dict:
-    """Train (unless ``result.json`` says it was), judge, decode and score one model."""
+def train_and_score(scheme: str, depth: Dict, settings: Dict, data, references, runs_dir: Path, code: str) -> Dict:
+    """Train (unless ``result.json`` says it was, with this code), judge, decode and score one model."""
     label = f"{scheme} {depth_label(depth['layers'])}"
-    save_dir = runs_dir / run_name(settings, scheme, depth)
+    save_dir = runs_dir / run_name(settings, scheme, depth, code)
     result_file = save_dir / "result.json"
     if result_file.exists():
         print(f"[{label}] reused: finished training in {save_dir}", flush=True)
@@ -184,7 +186,8 @@ def main(argv=None):
     by_cost = sorted(runs, key=lambda run: -run[1]["layers"] * run[1]["max_update"] * run[1]["max_tokens"])
     with ThreadPoolExecutor(max_workers=min(jobs, len(runs))) as pool:
         futures = {
-            id(run): pool.submit(train_and_score, *run, settings, data, references, work / "runs") for run in by_cost
+            id(run): pool.submit(train_and_score, *run, settings, data, references, work / "runs", code)
+            for run in by_cost
         }
         rows = [futures[id(run)].result() for run in runs]
     meta = dict(

@@ -50,6 +50,15 @@ def test_a_wrong_override_names_the_problem(override):
         load_settings(DEFAULT_CONFIG, [override])
 
 
+def test_a_training_is_found_by_its_settings_and_the_code_that_made_it():
+    settings, scheme = load_settings(DEFAULT_CONFIG), "residual"
+    depth = settings["depths"][0]
+    name = run.run_name(settings, scheme, depth, "code-a")
+    assert name.startswith("residual-e3d3-") and name == run.run_name(settings, scheme, depth, "code-a")
+    assert run.run_name(settings, scheme, depth, "code-b") != name  # a plugin change: never reused
+    assert run.run_name(settings, scheme, {**depth, "lr": 0.001}, "code-a") != name
+
+
 def row(scheme, layers, bleu, fails=None):
     return dict(scheme=scheme, layers=layers, bleu=bleu, fails=fails)
 
