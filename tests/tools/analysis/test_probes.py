@@ -149,13 +149,14 @@ def test_probe_command_writes_json_and_plots(demo_databin, tmp_path):
     assert re.search(r"^\| post +\|", readme, re.M) and "scripts/probe.py --data" in readme
 
 
-def test_replot_redraws_the_committed_probes_written_before_provenance_records(tmp_path):
-    # results/probes/probes.json holds versions, machine and git at its top level (no "provenance")
+def test_replot_redraws_committed_probes_also_in_the_layout_written_before_provenance_records(tmp_path):
     committed = json.loads((ROOT / "results" / "probes" / "probes.json").read_text())
-    assert "provenance" not in committed
-    (tmp_path / "probes.json").write_text(json.dumps(committed))
+    # the layout of probes.json until 2026-12-03: versions, machine and git at its top level, no "provenance"
+    before = {k: v for k, v in committed.items() if k != "provenance"}
+    before.update(versions={"torch": "2.13.0+cpu"}, machine="Linux-x, x86_64", git="2822b06", date="2026-11-30")
+    (tmp_path / "probes.json").write_text(json.dumps(before))
     probes.main(["--out", str(tmp_path), "--replot"])
     readme = (tmp_path / "README.md").read_text()
-    assert f"Code: git commit {committed['git']}." in readme and f"Machine: {committed['machine']}." in readme
+    assert "Code: git commit 2822b06." in readme and "Machine: Linux-x, x86_64." in readme
     assert re.search(r"^\| dlcl +\| 2\.74 ± 0\.115 +\|", readme, re.M)  # the committed numbers, redrawn
     assert (tmp_path / "grad_norm.png").stat().st_size > 10_000
