@@ -17,6 +17,7 @@ import argparse
 import hashlib
 import itertools
 import json
+import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -166,6 +167,50 @@ def losses_at_section(results: List[Dict], updates: Optional[Sequence[int]]) -> 
 """
 
 
+def updates_to_reach(run: Dict, loss: float) -> Optional[int]:
+    """The first validation point at or below ``loss`` (its update), None if the run never got there."""
+    return next((update for update, value in run["valid_curve"] if value <= loss), None)
+
+
+def reach_cell(runs: List[Dict], loss: float) -> str:
+    """Mean ± half-range of the updates the trained seeds took to reach ``loss``; how many did not, or failed."""
+    if not runs:
+        return "not run"
+    trained = [r for r in runs if not r["fails"]]
+    reached = [u for u in (updates_to_reach(r, loss) for r in trained) if u is not None]
+    notes = [f"{len(trained) - len(reached)}/{len(runs)} not reached"] if len(reached) < len(trained) else []
+    notes += [f"{len(runs) - len(trained)}/{len(runs)} fail"] if len(trained) < len(runs) else []
+    if not reached:
+        return "; ".join(notes) if trained else f"fails ({len(runs)}/{len(runs)})"
+    cell = f"{statistics.mean(reached):.0f}" + (
+        f" ± {(max(reached) - min(reached)) / 2:.0f}" if len(reached) > 1 else ""
+    )
+    return cell + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def reach_section(results: List[Dict], losses: Optional[Sequence[float]]) -> str:
+    if not losses:
+        return ""
+    depths = sorted({r["layers"] for r in results})
+    rows = [
+        [
+            scheme,
+            *(
+                reach_cell([r for r in results if (r["scheme"], r["layers"]) == (scheme, d)], x)
+                for d in depths
+                for x in losses
+            ),
+        ]
+        for scheme in dict.fromkeys(r["scheme"] for r in results)
+    ]
+    at = table(["scheme"] + [f"{d} layers, loss <= {x:g}" for d in depths for x in losses], rows)
+    return f"""## Updates to reach a validation loss (`--reach`; the first validation point at or below it)
+
+{at}
+
+"""
+
+
 def write_report(results: List[Dict], meta: Dict, out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     plot_curves(results, out)
@@ -174,7 +219,7 @@ def write_report(results: List[Dict], meta: Dict, out: Path) -> None:
     summary = summary_file.read_text().strip() if summary_file.exists() else ""
     s, d = meta["settings"], meta["data"]
     depths = " and ".join(f"{x} layers" for x in s["depths"])
-    losses_at = losses_at_section(results, s.get("loss_at"))
+    losses_at = losses_at_section(results, s.get("loss_at")) + reach_section(results, s.get("reach"))
     body = f"""# CPU-scale language-model study (a small CPU run, not a paper figure)
 
 Every residual scheme trained as a decoder-only language model (`residual_transformer_lm`) for
@@ -245,6 +290,9 @@ def parse_args(argv=None):
     p.add_argument("--validate-every", type=int, default=50)
     p.add_argument("--log-interval", type=int, default=10)
     p.add_argument("--loss-at", type=int, nargs="+", help="also tabulate the validation loss at these updates")
+    p.add_argument(
+        "--reach", type=float, nargs="+", help="also tabulate the updates each run took to reach these losses"
+    )
     p.add_argument("--max-tokens", type=int, default=2048)
     p.add_argument("--bpe-merges", type=int, default=2000)
     p.add_argument("--paragraphs", type=int, help="the text's first N paragraphs only (default: all)")

@@ -119,6 +119,20 @@ def test_an_unknown_scheme_is_one_line_naming_the_choices(tmp_path, capsys):
     assert not any(tmp_path.iterdir())  # nothing prepared, nothing written
 
 
+def test_the_updates_to_reach_a_loss_are_the_first_validation_point_at_or_below_it():
+    def run(seed, curve, fails=None):
+        return dict(scheme="pre", layers=6, seed=seed, valid_curve=curve, fails=fails)
+
+    runs = [run(1, [[50, 8.0], [100, 7.0], [150, 6.4]]), run(2, [[50, 7.9], [100, 6.5], [150, 6.3]])]
+    assert [lm_study.updates_to_reach(r, 6.5) for r in runs] == [150, 100]
+    assert lm_study.reach_cell(runs, 6.5) == "125 ± 25"
+    assert lm_study.reach_cell(runs, 6.35) == "150 (1/2 not reached)"
+    assert lm_study.reach_cell(runs, 5.0) == "2/2 not reached"
+    assert lm_study.reach_cell([run(1, [[50, 9.0]], fails="stuck on a plateau"), runs[1]], 6.5) == "100 (1/2 fail)"
+    lines = lm_study.reach_section(runs, [6.5]).splitlines()
+    assert [cells(lines[2]), cells(lines[4])] == [["scheme", "6 layers, loss <= 6.5"], ["pre", "125 ± 25"]]
+
+
 def test_every_registered_scheme_is_in_the_default_grid():
     runs = lm_study.grid(list(SCHEMES), [6, 12], [1, 2])
     assert len(runs) == 4 * len(SCHEMES) and runs[0] == lm_study.LMRun("post", 6, 1)
