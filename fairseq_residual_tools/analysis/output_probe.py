@@ -222,7 +222,7 @@ figure is: `fairseq_residual_tools/analysis/output_probe.py`. `residual:scale=C`
 
 ## Provenance
 
-- Command: `{record["command"]}` ({record["wall_seconds"]:.0f} s wall, at nice 15 on a shared machine).
+- Command: `{record["command"]}` ({record["wall_seconds"]:.0f} s wall, on a machine shared with other jobs).
 - {describe(record["provenance"])}
 """
 
