@@ -33,7 +33,7 @@ from ..markdown import table
 from ..provenance import ROOT, describe, describe_git, git_state, provenance
 from ..training_log import RULE as FAILS_RULE
 from ..training_log import outcome
-from .study import SEED_STYLES, failure_list, format_cell, losses_at_table, print_validation, run_in_pool
+from .study import SEED_STYLES, failure_list, format_cell, losses_at_section, print_validation, run_in_pool
 from .variants import check_variants, variant_flags, variant_name
 
 #: the settings that go into every run's fairseq-train command
@@ -155,18 +155,6 @@ def plot_curves(results: List[Dict], out: Path) -> None:
         plot_loss_curves(panels, f"{curve}_curve", out / f"{curve}_loss.png", suptitle, ylabel, columns=len(panels))
 
 
-def losses_at_section(results: List[Dict], updates: Optional[Sequence[int]]) -> str:
-    if not updates:
-        return ""
-    at = losses_at_table(results, ("scheme",), updates, lambda d, u: f"{d} layers @ {u}")
-    listed = ", ".join(map(str, updates))
-    return f"""## Validation loss at updates {listed} (`--loss-at`: points of the same runs; mean ± half-range)
-
-{at}
-
-"""
-
-
 def updates_to_reach(run: Dict, loss: float) -> Optional[int]:
     """The first validation point at or below ``loss`` (its update), None if the run never got there."""
     return next((update for update, value in run["valid_curve"] if value <= loss), None)
@@ -219,7 +207,9 @@ def write_report(results: List[Dict], meta: Dict, out: Path) -> None:
     summary = summary_file.read_text().strip() if summary_file.exists() else ""
     s, d = meta["settings"], meta["data"]
     depths = " and ".join(f"{x} layers" for x in s["depths"])
-    losses_at = losses_at_section(results, s.get("loss_at")) + reach_section(results, s.get("reach"))
+    losses_at = losses_at_section(
+        results, s.get("loss_at"), ("scheme",), lambda d, u: f"{d} layers @ {u}"
+    ) + reach_section(results, s.get("reach"))
     body = f"""# CPU-scale language-model study (a small CPU run, not a paper figure)
 
 Every residual scheme trained as a decoder-only language model (`residual_transformer_lm`) for

@@ -195,10 +195,11 @@ def failure_list(results: List[Dict]) -> str:
     return "\n".join(f"- `{r['name']}`: {r['fails']}" for r in failed)
 
 
-def _losses_at_section(results: List[Dict], updates: Optional[Sequence[int]]) -> str:
+def losses_at_section(results: List[Dict], updates: Optional[Sequence[int]], row_keys: Sequence[str], column) -> str:
+    """The report's section for ``--loss-at`` (empty without it): losses_at_table under its heading."""
     if not updates:
         return ""
-    at = losses_at_table(results, ("scheme", "warmup"), updates, lambda d, u: f"E{d}D{d} @ {u}")
+    at = losses_at_table(results, row_keys, updates, column)
     listed = ", ".join(map(str, updates))
     return f"""## Validation loss at updates {listed} (`--loss-at`: points of the same runs; mean ± half-range)
 
@@ -231,7 +232,7 @@ def write_report(results: List[Dict], meta: Dict, out: Path):
     depths = " and ".join(f"E{d}D{d}" for d in s["depths"])
     run_minutes = sum(r["train_seconds"] + r["generate_seconds"] for r in results) / 60
     signature = next((r["bleu_signature"] for r in results if r["bleu_signature"]), "n/a")
-    losses_at = _losses_at_section(results, s.get("loss_at"))
+    losses_at = losses_at_section(results, s.get("loss_at"), ("scheme", "warmup"), lambda d, u: f"E{d}D{d} @ {u}")
     body = f"""# CPU-scale depth x warmup study (small-scale analogue, not the paper's experiment)
 
 Small models trained for {s["max_update"]} updates on the embedded **synthetic** corpus on a shared
