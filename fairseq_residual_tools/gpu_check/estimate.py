@@ -1,8 +1,8 @@
 """How long each run of the GPU check takes, estimated before any GPU has run it.
 
 A fairseq-train update of these models is bound by dispatch, not arithmetic: an IWSLT E6D6 step is about
-6,900 aten operations (forward, label-smoothed loss, backward, and fairseq's Adam, a Python loop over the
-parameters) for 0.29 TFLOP, which an H200 does in a few milliseconds, while the host spends ~10 us on each
+3,000 aten operations (forward, label-smoothed loss, backward, and fairseq's Adam, a Python loop over the
+parameters) for 0.28 TFLOP, which an H200 does in a few milliseconds, while the host spends ~10 us on each
 operation it launches. So an update takes
 
     t_update = max(ops x (t_op + t_launch) x k_precision,  sum over the runs sharing the GPU of FLOPs / R)
