@@ -136,23 +136,41 @@ def depth_table(results: List[Dict], key: str, digits: int) -> str:
     return table(["scheme"] + [f"{d} layers" for d in depths], rows)
 
 
-def plot_curves(results: List[Dict], out: Path) -> None:
-    """train_loss.png and valid_loss.png: one panel per depth, one line per scheme and seed."""
+def curve_panels(results: List[Dict], marker, zoom_from: Optional[int] = None) -> Dict[str, List]:
+    """One panel per depth, one line per scheme and seed; with ``zoom_from`` a second panel per depth holding the
+    points from that update on, so that the late differences are not flattened by the first updates' losses."""
+    styles = dict(zip(sorted({r["seed"] for r in results}), itertools.cycle(SEED_STYLES)))
+
+    def lines(runs):
+        return [(r, f"{r['scheme']} seed {r['seed']}", dict(linestyle=styles[r["seed"]], marker=marker)) for r in runs]
+
+    panels = {}
+    for depth in sorted({r["layers"] for r in results}):
+        runs = [r for r in results if r["layers"] == depth]
+        panels[f"{depth} layers"] = lines(runs)
+        if zoom_from is not None:
+            late = [{**r, "valid_curve": [[u, v] for u, v in r["valid_curve"] if u >= zoom_from]} for r in runs]
+            panels[f"{depth} layers, from update {zoom_from}"] = lines(late)
+    return panels
+
+
+def plot_curves(results: List[Dict], out: Path, zoom_from: Optional[int] = None) -> None:
+    """train_loss.png and valid_loss.png (``curve_panels``; the zoom in valid_loss.png only)."""
     from .plotting import plot_loss_curves
 
-    styles = dict(zip(sorted({r["seed"] for r in results}), itertools.cycle(SEED_STYLES)))
     for curve, quantity, marker in (("train", "training", None), ("valid", "validation", ".")):
-        panels = {
-            f"{depth} layers": [
-                (r, f"{r['scheme']} seed {r['seed']}", dict(linestyle=styles[r["seed"]], marker=marker))
-                for r in results
-                if r["layers"] == depth
-            ]
-            for depth in sorted({r["layers"] for r in results})
-        }
+        panels = curve_panels(results, marker, zoom_from if curve == "valid" else None)
         suptitle = "CPU-scale LM study (a small CPU run)"
         ylabel = f"{quantity} loss (cross-entropy, base 2)"
-        plot_loss_curves(panels, f"{curve}_curve", out / f"{curve}_loss.png", suptitle, ylabel, columns=len(panels))
+        plot_loss_curves(
+            panels,
+            f"{curve}_curve",
+            out / f"{curve}_loss.png",
+            suptitle,
+            ylabel,
+            columns=len(panels),
+            sharey=zoom_from is None or curve == "train",
+        )
 
 
 def updates_to_reach(run: Dict, loss: float) -> Optional[int]:
@@ -200,19 +218,22 @@ def reach_section(results: List[Dict], losses: Optional[Sequence[float]]) -> str
 
 
 def write_report(results: List[Dict], meta: Dict, out: Path) -> None:
+    from fairseq_residual.schemes import SCHEMES
+
     out.mkdir(parents=True, exist_ok=True)
-    plot_curves(results, out)
+    plot_curves(results, out, meta["settings"].get("zoom_from"))
     write_json(out / "results.json", {**meta, "runs": [{k: v for k, v in r.items() if k != "reused"} for r in results]})
     summary_file = out / "summary.md"  # the reading, written by a person after the run
     summary = summary_file.read_text().strip() if summary_file.exists() else ""
     s, d = meta["settings"], meta["data"]
     depths = " and ".join(f"{x} layers" for x in s["depths"])
+    which = "Every residual scheme" if set(SCHEMES) <= set(s["schemes"]) else "The schemes " + ", ".join(s["schemes"])
     losses_at = losses_at_section(
         results, s.get("loss_at"), ("scheme",), lambda d, u: f"{d} layers @ {u}"
     ) + reach_section(results, s.get("reach"))
     body = f"""# CPU-scale language-model study (a small CPU run, not a paper figure)
 
-Every residual scheme trained as a decoder-only language model (`residual_transformer_lm`) for
+{which} trained as a decoder-only language model (`residual_transformer_lm`) for
 {s["max_update"]} updates on a shared 2-core CPU: {depths}, width {s["dim"]}, seeds
 {", ".join(map(str, s["seeds"]))}. The ResiDual paper has no language-model experiment; these numbers
 compare the schemes at a scale far below any paper's (a {d["words"]}-word text, minutes of training) and
@@ -228,7 +249,9 @@ say nothing about large language models.
 
 {depth_table(results, "final_valid_loss", 3)}
 
-{losses_at}Curves: [train_loss.png](train_loss.png), [valid_loss.png](valid_loss.png).
+{losses_at}![validation loss against updates](valid_loss.png)
+
+Curves: [train_loss.png](train_loss.png), [valid_loss.png](valid_loss.png).
 
 "fails" is `fairseq_residual_tools.training_log.divergence`, the rule every table here uses
 ({FAILS_RULE}). A failed run is not scored; a cell averages the seeds that trained and says how many
@@ -282,6 +305,9 @@ def parse_args(argv=None):
     p.add_argument("--loss-at", type=int, nargs="+", help="also tabulate the validation loss at these updates")
     p.add_argument(
         "--reach", type=float, nargs="+", help="also tabulate the updates each run took to reach these losses"
+    )
+    p.add_argument(
+        "--zoom-from", type=int, help="valid_loss.png gains a panel per depth from this update on, on its own scale"
     )
     p.add_argument("--max-tokens", type=int, default=2048)
     p.add_argument("--bpe-merges", type=int, default=2000)

@@ -29,12 +29,13 @@ def save(fig, path, dpi):
     plt.close(fig)
 
 
-def plot_loss_curves(panels, curve, path, suptitle, ylabel, columns):
+def plot_loss_curves(panels, curve, path, suptitle, ylabel, columns, sharey=True):
     """Loss per update (``curve``: a run's key), one panel per ``title: [(run, label, plot options), ...]``,
-    ``columns`` panels a row; each run in its scheme's colour, its label marked "(fails)" when it failed."""
+    ``columns`` panels a row (one y-axis for all unless not ``sharey``); each run in its scheme's colour, its
+    label marked "(fails)" when it failed."""
     rows = -(-len(panels) // columns)
     fig, axes = plt.subplots(
-        rows, columns, figsize=(5 * columns, 3.7 * rows), squeeze=False, sharey=True, layout="constrained"
+        rows, columns, figsize=(5 * columns, 3.7 * rows), squeeze=False, sharey=sharey, layout="constrained"
     )
     colors = scheme_colors(list(dict.fromkeys(run["scheme"] for lines in panels.values() for run, _, _ in lines)))
     for ax, (title, lines) in zip(axes.flat, panels.items()):

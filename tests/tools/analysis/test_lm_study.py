@@ -133,6 +133,27 @@ def test_the_updates_to_reach_a_loss_are_the_first_validation_point_at_or_below_
     assert [cells(lines[2]), cells(lines[4])] == [["scheme", "6 layers, loss <= 6.5"], ["pre", "125 ± 25"]]
 
 
+def test_the_zoom_adds_a_panel_of_the_late_validation_points_on_its_own_scale(tmp_path):
+    from matplotlib.image import imread
+
+    def run(scheme, seed, curve):
+        train = [[u, v + 0.5] for u, v in curve]
+        return dict(scheme=scheme, layers=6, seed=seed, valid_curve=curve, train_curve=train, fails=None)
+
+    results = [run("pre", 1, [[50, 9.0], [500, 6.0], [1000, 5.6]]), run("residual", 1, [[50, 9.4], [500, 6.3]])]
+    panels = lm_study.curve_panels(results, ".", zoom_from=500)
+    assert list(panels) == ["6 layers", "6 layers, from update 500"]
+    assert [r["valid_curve"] for r, _, _ in panels["6 layers, from update 500"]] == [
+        [[500, 6.0], [1000, 5.6]],
+        [[500, 6.3]],
+    ]
+    assert [r["valid_curve"] for r, _, _ in panels["6 layers"]] == [r["valid_curve"] for r in results]  # untouched
+    assert list(lm_study.curve_panels(results, ".")) == ["6 layers"]
+    lm_study.plot_curves(results, tmp_path, zoom_from=500)
+    valid, train = (imread(tmp_path / f"{c}_loss.png").shape for c in ("valid", "train"))
+    assert valid[0] == train[0] and valid[1] == 2 * train[1]  # two panels side by side; the training plot keeps one
+
+
 def test_every_registered_scheme_is_in_the_default_grid():
     runs = lm_study.grid(list(SCHEMES), [6, 12], [1, 2])
     assert len(runs) == 4 * len(SCHEMES) and runs[0] == lm_study.LMRun("post", 6, 1)
