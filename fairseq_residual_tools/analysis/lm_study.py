@@ -98,8 +98,9 @@ def run_one(run: LMRun, data: Dict, settings, runs_dir: Path) -> Dict:
         return dict(json.loads(result_file.read_text()), reused=True)
     save_dir.mkdir(parents=True, exist_ok=True)
     cmd = training_command(data["databin"], save_dir, run, settings)
+    git = describe_git(git_state())  # the code the training loads, not the tree when it ends
     run_training(cmd, save_dir / "train.out", run.name, on_line=partial(print_validation, run.name))
-    result = dict(asdict(run), name=run.name, train_command=" ".join(map(str, cmd[2:])), git=describe_git(git_state()))
+    result = dict(asdict(run), name=run.name, train_command=" ".join(map(str, cmd[2:])), git=git)
     result.update(outcome(save_dir / "train.out"))
     result.update(test_loss=None, test_ppl=None, eval_command=None)
     if result["fails"] is None:

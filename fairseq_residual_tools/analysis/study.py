@@ -92,8 +92,9 @@ def run_one(spec: RunSpec, data, refs, settings, runs_dir: Path) -> Dict:
         save_dir.mkdir(parents=True, exist_ok=True)
         cmd = training_command(data.databin, save_dir, spec, settings)
         write_text(save_dir / COMMAND_FILE, " ".join(map(str, cmd[2:])))
+        git = describe_git(git_state())  # the code the training loads, not the tree when it ends
         run_training(cmd, save_dir / "train.out", spec.name, on_line=partial(print_validation, spec.name))
-        result = dict(asdict(spec), name=spec.name, train_command=" ".join(cmd[2:]), git=describe_git(git_state()))
+        result = dict(asdict(spec), name=spec.name, train_command=" ".join(cmd[2:]), git=git)
         result.update(bleu=None, bleu_signature=None, generate_command=None, generate_seconds=0.0)  # until scored
     # train.out records every attempt, also those of a run resumed after an interruption
     result.update(outcome(save_dir / "train.out"))
