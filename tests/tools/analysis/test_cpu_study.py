@@ -192,3 +192,20 @@ def test_probes_read_a_trained_checkpoint(reduced_study, tmp_path):
     )
     assert list(summary) == ["residual"] and list(summary["residual"]) == ["2"]
     assert len(summary["residual"]["2"]["decoder"]["grad_norm"]["mean"]) == 2
+
+
+def test_a_run_records_the_tree_its_training_started_from_not_the_one_it_ended_on(tmp_path, monkeypatch):
+    trees = iter([{"commit": "a" * 40, "dirty": False}, {"commit": "b" * 40, "dirty": True}])
+    now = {"tree": next(trees)}
+    monkeypatch.setattr(study, "git_state", lambda: now["tree"])
+
+    def train(cmd, log, name, on_line):
+        now["tree"] = next(trees)  # a commit lands and a file is edited while the run trains
+        log.write_text("")
+
+    monkeypatch.setattr(study, "run_training", train)
+    monkeypatch.setattr(study, "outcome", lambda log: {"fails": "diverged (NaN loss)"})  # not scored
+    spec = study.RunSpec("pre", 2, True, 1)
+    result = study.run_one(spec, Namespace(databin=tmp_path / "bin"), None, study.parse_args([]), tmp_path / "runs")
+    assert now["tree"]["commit"] == "b" * 40 and result["git"] == "aaaaaaa"
+    assert json.loads((tmp_path / "runs" / spec.name / "result.json").read_text())["git"] == "aaaaaaa"

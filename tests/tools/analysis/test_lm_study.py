@@ -154,6 +154,24 @@ def test_the_zoom_adds_a_panel_of_the_late_validation_points_on_its_own_scale(tm
     assert valid[0] == train[0] and valid[1] == 2 * train[1]  # two panels side by side; the training plot keeps one
 
 
+def test_a_run_records_the_tree_its_training_started_from_not_the_one_it_ended_on(tmp_path, monkeypatch):
+    trees = iter([{"commit": "a" * 40, "dirty": False}, {"commit": "b" * 40, "dirty": True}])
+    now = {"tree": next(trees)}
+    monkeypatch.setattr(lm_study, "git_state", lambda: now["tree"])
+
+    def train(cmd, log, name, on_line):
+        now["tree"] = next(trees)  # a commit lands and a file is edited while the run trains
+        log.write_text("")
+
+    monkeypatch.setattr(lm_study, "run_training", train)
+    monkeypatch.setattr(lm_study, "outcome", lambda log: {"fails": "diverged (NaN loss)"})  # not scored
+    data = {"databin": str(tmp_path / "bin"), "sha256_bin": "0" * 64}
+    result = lm_study.run_one(lm_study.LMRun("pre", 2, 1), data, lm_study.parse_args([]), tmp_path / "runs")
+    assert now["tree"]["commit"] == "b" * 40 and result["git"] == "aaaaaaa"
+    saved = json.loads(next((tmp_path / "runs").glob("*/result.json")).read_text())
+    assert saved["git"] == "aaaaaaa"
+
+
 def test_every_registered_scheme_is_in_the_default_grid():
     runs = lm_study.grid(list(SCHEMES), [6, 12], [1, 2])
     assert len(runs) == 4 * len(SCHEMES) and runs[0] == lm_study.LMRun("post", 6, 1)
