@@ -451,3 +451,19 @@ def lm_batch(task, batch=3, length=9, seed=0):
     tokens = torch.randint(d.nspecial, len(d), (batch, length), generator=g)
     tokens[-1, -3:] = d.pad()
     return tokens
+
+
+def commit_during_training(monkeypatch, study_module):
+    """Make ``study_module``'s trainings stubs during which the checkout moves from commit a... (clean) to b...
+    (with uncommitted changes), judged as diverged so that nothing is scored; returns the tree now checked out."""
+    trees = iter([{"commit": "a" * 40, "dirty": False}, {"commit": "b" * 40, "dirty": True}])
+    now = {"tree": next(trees)}
+    monkeypatch.setattr(study_module, "git_state", lambda: now["tree"])
+
+    def train(cmd, log, name, on_line):
+        now["tree"] = next(trees)
+        log.write_text("")
+
+    monkeypatch.setattr(study_module, "run_training", train)
+    monkeypatch.setattr(study_module, "outcome", lambda log: {"fails": "diverged (NaN loss)"})
+    return now

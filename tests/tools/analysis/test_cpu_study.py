@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from fairseq import options
+from helpers import commit_during_training
 
 from fairseq_residual_tools.analysis import probes, study
 from fairseq_residual_tools.errors import ConfigError
@@ -195,16 +196,7 @@ def test_probes_read_a_trained_checkpoint(reduced_study, tmp_path):
 
 
 def test_a_run_records_the_tree_its_training_started_from_not_the_one_it_ended_on(tmp_path, monkeypatch):
-    trees = iter([{"commit": "a" * 40, "dirty": False}, {"commit": "b" * 40, "dirty": True}])
-    now = {"tree": next(trees)}
-    monkeypatch.setattr(study, "git_state", lambda: now["tree"])
-
-    def train(cmd, log, name, on_line):
-        now["tree"] = next(trees)  # a commit lands and a file is edited while the run trains
-        log.write_text("")
-
-    monkeypatch.setattr(study, "run_training", train)
-    monkeypatch.setattr(study, "outcome", lambda log: {"fails": "diverged (NaN loss)"})  # not scored
+    now = commit_during_training(monkeypatch, study)
     spec = study.RunSpec("pre", 2, True, 1)
     result = study.run_one(spec, Namespace(databin=tmp_path / "bin"), None, study.parse_args([]), tmp_path / "runs")
     assert now["tree"]["commit"] == "b" * 40 and result["git"] == "aaaaaaa"

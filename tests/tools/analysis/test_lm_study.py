@@ -5,6 +5,7 @@ import json
 import math
 
 import pytest
+from helpers import commit_during_training
 
 from fairseq_residual.schemes import SCHEMES
 from fairseq_residual_tools.analysis import lm_study
@@ -155,16 +156,7 @@ def test_the_zoom_adds_a_panel_of_the_late_validation_points_on_its_own_scale(tm
 
 
 def test_a_run_records_the_tree_its_training_started_from_not_the_one_it_ended_on(tmp_path, monkeypatch):
-    trees = iter([{"commit": "a" * 40, "dirty": False}, {"commit": "b" * 40, "dirty": True}])
-    now = {"tree": next(trees)}
-    monkeypatch.setattr(lm_study, "git_state", lambda: now["tree"])
-
-    def train(cmd, log, name, on_line):
-        now["tree"] = next(trees)  # a commit lands and a file is edited while the run trains
-        log.write_text("")
-
-    monkeypatch.setattr(lm_study, "run_training", train)
-    monkeypatch.setattr(lm_study, "outcome", lambda log: {"fails": "diverged (NaN loss)"})  # not scored
+    now = commit_during_training(monkeypatch, lm_study)
     data = {"databin": str(tmp_path / "bin"), "sha256_bin": "0" * 64}
     result = lm_study.run_one(lm_study.LMRun("pre", 2, 1), data, lm_study.parse_args([]), tmp_path / "runs")
     assert now["tree"]["commit"] == "b" * 40 and result["git"] == "aaaaaaa"
