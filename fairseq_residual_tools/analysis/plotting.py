@@ -29,10 +29,11 @@ def save(fig, path, dpi):
     plt.close(fig)
 
 
-def plot_loss_curves(panels, curve, path, suptitle, ylabel, columns, sharey=True):
+def plot_loss_curves(panels, curve, path, suptitle, ylabel, columns, sharey=True, legend="inside"):
     """Loss per update (``curve``: a run's key), one panel per ``title: [(run, label, plot options), ...]``,
     ``columns`` panels a row (one y-axis for all unless not ``sharey``); each run in its scheme's colour, its
-    label marked "(fails)" when it failed."""
+    label marked "(fails)" when it failed. ``legend="outside"``: one legend for all panels, below them, where it
+    hides no curve."""
     rows = -(-len(panels) // columns)
     fig, axes = plt.subplots(
         rows, columns, figsize=(5 * columns, 3.7 * rows), squeeze=False, sharey=sharey, layout="constrained"
@@ -45,9 +46,14 @@ def plot_loss_curves(panels, curve, path, suptitle, ylabel, columns, sharey=True
                 ax.plot(*zip(*run[curve]), color=colors[run["scheme"]], label=label, **options)
         ax.set(title=title, xlabel="updates")
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7)
+        if legend == "inside":
+            ax.legend(fontsize=7)
     for ax in axes[:, 0]:
         ax.set_ylabel(ylabel)
+    if legend == "outside":
+        labelled = {label: handle for ax in axes.flat for handle, label in zip(*ax.get_legend_handles_labels())}
+        ncols = min(4, len(labelled))
+        fig.legend(labelled.values(), labelled.keys(), loc="outside lower center", ncols=ncols, fontsize=7)
     fig.suptitle(suptitle)
     save(fig, path, dpi=100)
 

@@ -1,0 +1,451 @@
+"""Where training ends: Post-LN, Pre-LN, ResiDual and their successors trained to their plateau on real text.
+
+    python -m fairseq_residual_tools.analysis.bible_study      # make bible-study-results (resumable; hours)
+
+The corpus is the Spanish-English Bible of ``data-prep/prepare-bible.sh`` (``dataprep.bible``). For every scheme,
+depth (E{L}D{L}), warmup setting and seed, ``fairseq-train`` trains a small ``residual_transformer`` one validation
+interval at a time until the run has plateaued (``plateau.Plateau``) or reached ``--max-update-cap``; the last
+``--average`` interval checkpoints up to that update are averaged, ``fairseq-generate`` translates the test set and
+it is scored as the paper's IWSLT table is (``repro.scoring.score_iwslt``: fairseq's tokenised BLEU and sacrebleu on
+detokenised text). "fails" is ``training_log.divergence``, the project's one rule, judged where the run stopped.
+
+A run is named by its settings, the data-bin's bytes and the model's fingerprint (``model_fingerprint``: the loss
+and gradient of the freshly initialised model on a fixed batch), so a change of code that changes what a scheme
+computes trains it anew, and one that does not (a new scheme beside it) keeps its finished runs. A finished run's
+record lies in ``OUT/runs/`` (committed, so a new checkout reuses it); an interrupted one resumes from its
+``checkpoint_last.pt`` in ``--work``.
+"""
+
+import argparse
+import hashlib
+import itertools
+import json
+import sys
+import time
+from dataclasses import asdict
+from functools import partial
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from ..average_checkpoints import numbered_checkpoints, write_average
+from ..commands import run_training
+from ..dataprep import bible
+from ..errors import ConfigError, DataError, exit_on_user_error
+from ..files import write_json, write_text
+from ..markdown import table
+from ..provenance import ROOT, describe, describe_git, git_state, provenance
+from ..runner import PLUGIN_DIR, RunError, fairseq_command
+from ..training_log import RULE as FAILS_RULE
+from ..training_log import outcome, read_log
+from .plateau import Plateau
+from .study import RunSpec, failure_list, format_cell, print_validation, run_in_pool
+from .variants import check_variants, variant_flags
+
+#: the paper's IWSLT-14 BLEU (shared/paper/README.md: its Table 1 and warmup ablation), for the report's side table
+PAPER_IWSLT = {
+    ("post", True): ("35.37", "fails"),
+    ("pre", True): ("35.12", "35.18"),
+    ("residual", True): ("35.63", "36.09"),
+    ("post", False): ("fails", "fails"),
+    ("pre", False): ("32.28", "31.82"),
+    ("residual", False): ("35.76", "35.57"),
+}
+FINGERPRINT_DIGITS = 6  # significant digits: the last bits of a float sum differ between CPUs, a code change does not
+
+
+def plan(args) -> List[RunSpec]:
+    """Every run, in the order they are trained: E6D6 (the first depth) with warmup for every seed, then the first
+    seed of E6D6 without warmup and of the deeper depths with and without warmup, then the other seeds of those. A
+    study cut short so loses seeds before cells, and the deeper no-warmup cells before the deeper warmup ones."""
+    seeds_at = dict(args.seeds_at or {})
+    main = args.depths[0]
+    specs = [
+        RunSpec(scheme, depth, warmup, seed)
+        for depth in args.depths
+        for warmup in (True, False)
+        for seed in seeds_at.get(depth, args.seeds)
+        for scheme in (args.schemes if warmup else [s for s in args.schemes if s in args.nowarmup_schemes])
+    ]
+
+    def priority(spec: RunSpec):
+        later_seed = spec.seed != args.seeds[0]
+        return (later_seed and not (spec.layers == main and spec.warmup), spec.layers != main, not spec.warmup)
+
+    return sorted(specs, key=priority)  # stable: seeds, then schemes, in their given order within a group
+
+
+def training_args(databin, save_dir, spec: RunSpec, args, max_update: int) -> List[str]:
+    """fairseq-train's arguments: the paper's IWSLT-14 recipe (shared/paper/README.md) at width ``--dim``; without
+    warmup inverse_sqrt starts at the peak (constant for ``--warmup`` updates, then the same decay)."""
+    scheme, model_options = variant_flags(spec.scheme)
+    d, save_dir = args.dim, Path(save_dir)
+    arguments = [
+        databin,
+        *("--user-dir", PLUGIN_DIR, "--arch", "residual_transformer_iwslt_de_en", "--residual-scheme", scheme),
+        *model_options,
+        *("--source-lang", args.src, "--target-lang", args.tgt),
+        *("--encoder-layers", spec.layers, "--decoder-layers", spec.layers),
+        *("--encoder-embed-dim", d, "--decoder-embed-dim", d, "--encoder-ffn-embed-dim", 4 * d),
+        *("--decoder-ffn-embed-dim", 4 * d, "--encoder-attention-heads", 4, "--decoder-attention-heads", 4),
+        *("--share-all-embeddings", "--dropout", 0.3, "--attention-dropout", 0.1, "--activation-dropout", 0.1),
+        *("--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--weight-decay", "0.0001", "--lr", args.lr),
+        *("--lr-scheduler", "inverse_sqrt", "--warmup-updates", args.warmup),
+        *("--warmup-init-lr", 1e-7 if spec.warmup else args.lr),
+        *("--criterion", "label_smoothed_cross_entropy", "--label-smoothing", 0.1),
+        *("--max-tokens", args.max_tokens, "--max-update", max_update, "--seed", spec.seed),
+        *("--validate-interval-updates", args.validate_every, "--save-interval-updates", args.validate_every),
+        *("--keep-interval-updates", args.average, "--no-epoch-checkpoints"),
+        *("--cpu", "--num-workers", 0, "--log-format", "json", "--log-interval", 50),
+        *("--save-dir", save_dir, "--log-file", save_dir / "train.log", "--tensorboard-logdir", save_dir / "tb"),
+    ]
+    return [str(a) for a in arguments]
+
+
+def model_fingerprint(train_args: Sequence[str]) -> str:
+    """The freshly initialised model of ``train_args`` on a fixed batch: its mean log-probability, gradient norm and
+    parameter sum (``FINGERPRINT_DIGITS`` significant digits). It changes when the code changes what the model
+    computes or how it starts; it does not when code elsewhere changes."""
+    import logging
+
+    import torch
+    from fairseq import options, tasks
+    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
+
+    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), list(train_args)))
+    logging.getLogger("fairseq").setLevel(logging.WARNING)  # the task's dictionary lines, once per run
+    task = tasks.setup_task(cfg.task)
+    torch.manual_seed(cfg.common.seed)
+    model = task.build_model(cfg.model).eval()
+    batch = torch.Generator().manual_seed(0)
+    vocab = len(task.source_dictionary)
+    source = torch.randint(4, vocab, (2, 9), generator=batch)
+    previous = torch.randint(4, vocab, (2, 7), generator=batch)
+    logits = model(source, torch.tensor([9, 9]), previous)[0]
+    log_prob = torch.log_softmax(logits.double(), dim=-1).mean()
+    log_prob.backward()
+    params = [p for p in model.parameters() if p.requires_grad]
+    grad_norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in params if p.grad is not None))
+    param_sum = sum(p.detach().double().abs().sum() for p in params)
+    return " ".join(f"{float(v):.{FINGERPRINT_DIGITS}g}" for v in (log_prob, grad_norm, param_sum))
+
+
+def run_key(spec: RunSpec, args, data_sha: str, fingerprint: str) -> str:
+    """What makes a run this run: its fairseq-train arguments (folders and the moving --max-update aside), where
+    it stops, what is averaged, the data-bin's bytes and the model's fingerprint."""
+    train = training_args("DATA", "SAVE", spec, args, 0)
+    stop = [args.max_update_cap, asdict(plateau_rule(args))]
+    return hashlib.sha256(json.dumps([train, stop, data_sha, fingerprint]).encode()).hexdigest()[:12]
+
+
+def plateau_rule(args) -> Plateau:
+    return Plateau(fraction=args.plateau_fraction, min_updates=args.plateau_min_updates)
+
+
+def stop_reason(out_file: Path, args) -> Optional[Dict]:
+    """Why the run's training is over, or None: diverged by the rule's NaN / explosion tests (later updates cannot
+    undo those), plateaued, or at the cap. ``{"stop": ..., "end_update": U}``."""
+    if not out_file.exists():
+        return None
+    log = read_log(out_file)
+    verdict = outcome(out_file)["fails"]
+    end = log.valid[-1][0] if log.valid else (log.train[-1][0] if log.train else 0)
+    if verdict and ("NaN" in verdict or "exploded" in verdict):
+        return {"stop": f"diverged: {verdict}", "end_update": end}
+    plateaued = plateau_rule(args).reached(log.valid)
+    if plateaued is not None:
+        return {"stop": "plateau", "end_update": plateaued}
+    if end >= args.max_update_cap:
+        return {"stop": f"reached --max-update-cap {args.max_update_cap} before the plateau", "end_update": end}
+    return None
+
+
+def train_to_end(spec: RunSpec, databin: Path, save_dir: Path, args, label: str) -> Dict:
+    """Train one validation interval at a time until ``stop_reason``; returns it."""
+    out_file = save_dir / "train.out"
+    while (stop := stop_reason(out_file, args)) is None:
+        curve = read_log(out_file).valid if out_file.exists() else []
+        done = curve[-1][0] if curve else 0
+        target = (done // args.validate_every + 1) * args.validate_every
+        best = min((loss for _, loss in curve), default=None)
+        print(f"    [{label}] training to update {target} (best valid loss so far {best})", flush=True)
+        cmd = fairseq_command("train", *training_args(databin, save_dir, spec, args, target))
+        run_training(cmd, out_file, label, on_line=partial(print_validation, label))
+        after = read_log(out_file)
+        if not after.nan_error and (not after.valid or after.valid[-1][0] < target):
+            raise RunError(f"{label}: fairseq-train", 0, f"stopped before validating at update {target}", out_file)
+    return stop
+
+
+def average_and_score(databin: Path, save_dir: Path, end_update: int, args) -> Dict:
+    """The last ``--average`` interval checkpoints up to ``end_update`` averaged, the test set decoded (beam 5) and
+    scored as the paper's IWSLT table (``score_iwslt``)."""
+    from ..repro import evaluate, scoring  # fairseq: loaded only to score
+
+    found = numbered_checkpoints(save_dir, "update", upper_bound=end_update)[: args.average]
+    if not found:
+        raise DataError(f"{save_dir} holds no interval checkpoint up to update {end_update} to average")
+    averaged = write_average([p for p, _ in found], save_dir / f"average{len(found)}-at-{end_update}.pt")
+    task_args = ["--source-lang", args.src, "--target-lang", args.tgt]
+    gen = evaluate.generate(databin, averaged, True, "test", task_args, "@@ ", save_dir / "generate-test.out")
+    return {
+        "averaged": [p.name for p, _ in found],
+        "generate_command": gen.command,
+        **scoring.score_iwslt(gen, args.tgt),
+    }
+
+
+def run_one(spec: RunSpec, data: Dict, args, records: Path, runs_dir: Path) -> Dict:
+    """Reuse the run's record if this very run finished before; else train to its end, judge, average, score and
+    write the record (last: a run killed before it resumes)."""
+    train = training_args("DATA", "SAVE", spec, args, 0)
+    key = run_key(spec, args, data["sha256"], data["fingerprints"][spec])
+    record_file = records / f"{spec.name}-{key}.json"
+    if record_file.exists():
+        return dict(json.loads(record_file.read_text()), reused=True)
+    save_dir = runs_dir / f"{spec.name}-{key}"
+    save_dir.mkdir(parents=True, exist_ok=True)
+    git = describe_git(git_state())  # the code this attempt's training loads
+    started = time.time()
+    stop = train_to_end(spec, data["databin"], save_dir, args, spec.name)
+    result = dict(asdict(spec), name=spec.name, key=key, train_command=" ".join(map(str, train[1:])), git=git)
+    result.update(fingerprint=data["fingerprints"][spec], **stop, **outcome(save_dir / "train.out"))
+    result["best_valid_loss"] = min((loss for _, loss in result["valid_curve"]), default=None)
+    result.update(bleu=None, sacrebleu=None)
+    if result["fails"] is None:
+        result.update(average_and_score(data["databin"], save_dir, stop["end_update"], args))
+    result.update(provenance=provenance(), wall_seconds_this_attempt=round(time.time() - started, 1))
+    write_json(record_file, result)
+    return dict(result, reused=False)
+
+
+def run_all(specs: List[RunSpec], data: Dict, args, started: float) -> List[Dict]:
+    out, runs_dir = Path(args.out), Path(args.work) / "runs"
+    done = itertools.count(1)
+
+    def one(spec):
+        result = run_one(spec, data, args, out / "runs", runs_dir)
+        how = "finished earlier with these settings, data and model: reused" if result["reused"] else "trained"
+        print(
+            f"[{next(done)}/{len(specs)}] {spec.name}: {result['stop']} at update {result['end_update']}, "
+            f"fails={result['fails']}, BLEU {result['bleu']} ({how}) | {(time.time() - started) / 60:.1f} min",
+            flush=True,
+        )
+        return result
+
+    return run_in_pool(specs, one, args.jobs)
+
+
+def prepare_data(args) -> Dict:
+    """The Bible data-bin (``dataprep.bible``, resumable) under ``--work``, and its content's sha256."""
+    out = Path(args.work) / "data"
+    argv = ["--out", str(out), "--src", args.src, "--tgt", args.tgt, "--bpe-merges", str(args.bpe_merges)]
+    argv += ["--workers", "2", "--quiet"]
+    bible.prepare(bible.build_parser().parse_args(argv))
+    summary = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    return {"databin": out / "bin", "sha256": summary["data_bin_sha256"], "summary": summary}
+
+
+def cell_table(results: List[Dict], key: str, digits: int) -> str:
+    """Rows: scheme x warmup (the paper's ablation layout); columns: depths; mean ± half-range over seeds."""
+    depths = sorted({r["layers"] for r in results})
+    rows = []
+    for scheme in dict.fromkeys(r["scheme"] for r in results):
+        for warmup in (True, False):
+            runs = [r for r in results if (r["scheme"], r["warmup"]) == (scheme, warmup)]
+            if runs:
+                cells = [format_cell([r for r in runs if r["layers"] == d], key, digits) for d in depths]
+                rows.append([scheme, "yes" if warmup else "no", *cells])
+    return table(["scheme", "warmup"] + [f"E{d}D{d}" for d in depths], rows)
+
+
+def paper_table() -> str:
+    rows = [[scheme, "yes" if warmup else "no", *cells] for (scheme, warmup), cells in PAPER_IWSLT.items()]
+    return table(["method", "warmup", "E6D6", "E12D12"], sorted(rows, key=lambda r: (r[1] == "no", r[0])))
+
+
+def run_list(results: List[Dict]) -> str:
+    rows = [
+        [
+            r["name"],
+            r["stop"],
+            r["end_update"],
+            f"{r['best_valid_loss']:.3f}" if r["best_valid_loss"] is not None else "-",
+            r["bleu"] if r["bleu"] is not None else "-",
+            r["sacrebleu"] if r["sacrebleu"] is not None else "-",
+            f"{r['train_seconds'] / 3600:.1f}",
+            r["fails"] or "trained",
+        ]
+        for r in results
+    ]
+    headers = ["run", "why it stopped", "at update", "best valid loss", "BLEU", "sacreBLEU", "hours", "verdict"]
+    return table(headers, rows)
+
+
+def write_report(results: List[Dict], meta: Dict, out: Path):
+    from .lm_study import curve_panels
+    from .plotting import plot_loss_curves
+
+    out.mkdir(parents=True, exist_ok=True)
+    by_cell = {}
+    for r in results:
+        by_cell.setdefault(f"E{r['layers']}D{r['layers']}, warmup {'yes' if r['warmup'] else 'no'}", []).append(r)
+    for name, zoom in (("valid_loss.png", None), ("valid_loss_zoom.png", meta["settings"]["zoom_from"])):
+        panels = {}
+        for cell, runs in by_cell.items():
+            for title, lines in curve_panels(runs, ".", zoom).items():
+                if zoom is None or "from update" in title:
+                    panels[cell + title.partition(" layers")[2]] = lines
+        plot_loss_curves(
+            panels,
+            "valid_curve",
+            out / name,
+            "Bible es-en, trained to the plateau (a CPU-scale run)",
+            "validation loss (label-smoothed CE, base 2)",
+            columns=min(2, len(panels)),
+            sharey=False,
+            legend="outside",
+        )
+    write_json(out / "results.json", {**meta, "runs": results})
+    summary_file = out / "summary.md"
+    reading = summary_file.read_text().strip() if summary_file.exists() else ""
+    s, data = meta["settings"], meta["data"]
+    signature = next((r["sacrebleu_signature"] for r in results if r.get("sacrebleu_signature")), "n/a")
+    hours = sum(r["train_seconds"] for r in results) / 3600
+    body = f"""# Where training ends: the schemes trained to their plateau on the Spanish-English Bible
+
+A **CPU-scale run on another corpus**, not a reproduction of the paper's IWSLT-14 cells: width {s["dim"]} instead of
+256, {data["pairs"]["train"]:,} training verse pairs (Reina-Valera 1909 -> World English Bible) instead of about
+160,000 TED sentences, one CPU core per run. It answers, on real text, where each scheme ends, not how large the
+paper's differences are.
+
+{reading}
+
+## Test BLEU at the end (tokenised, lowercased: the measure of the paper's IWSLT table; mean ± half-range over seeds)
+
+{cell_table(results, "bleu", 2)}
+
+The paper's IWSLT-14 figures (de->en, 160k pairs, width 256, GPUs; shared/paper/README.md), **the paper's, not
+measured here**:
+
+{paper_table()}
+
+## sacreBLEU (Moses-detokenised output against the detokenised references)
+
+{cell_table(results, "sacrebleu", 2)}
+
+Signature: `{signature}`.
+
+## Where each run ended
+
+Plateau: {plateau_rule(argparse.Namespace(**s)).describe()}; at most {s["max_update_cap"]} updates. Updates to the end
+(mean ± half-range):
+
+{cell_table(results, "end_update", 0)}
+
+Best validation loss:
+
+{cell_table(results, "best_valid_loss", 3)}
+
+"fails" is `fairseq_residual_tools.training_log.divergence` ({FAILS_RULE}), judged on the whole run where it
+stopped. A failed run is not decoded.
+
+{failure_list(results)}
+
+Every run:
+
+{run_list(results)}
+
+Curves: [valid_loss.png](valid_loss.png) (whole runs), [valid_loss_zoom.png](valid_loss_zoom.png) (from update
+{s["zoom_from"]}). Every run's numbers, curves, commands and provenance: [results.json](results.json) and
+[runs/](runs/).
+
+## Setting
+
+- Data: `data-prep/prepare-bible.sh --src {s["src"]} --tgt {s["tgt"]} --bpe-merges {s["bpe_merges"]}` (modules
+  {", ".join(f"{m['module']} {m['version']}" for m in data["modules"].values())}): {data["pairs"]["train"]:,} /
+  {data["pairs"]["valid"]:,} / {data["pairs"]["test"]:,} pairs (train after cleaning / valid / test, the held-out
+  splits whole chapters), {data["verses"]["chapters_dropped"]} chapters left out where the modules' verses do not pair.
+- Models: E6D6 / E12D12 `residual_transformer_iwslt_de_en` at width {s["dim"]}, FFN {4 * s["dim"]}, 4 heads, shared
+  embeddings; dropout 0.3, attention and activation dropout 0.1, Adam (0.9, 0.98), weight decay 1e-4, label smoothing
+  0.1, fp32, no clipping: the paper's IWSLT recipe. Peak lr {s["lr"]:g}, inverse_sqrt over {s["warmup"]} warmup
+  updates from 1e-7 (warmup "no": starting at the peak, constant for {s["warmup"]} updates, then the same decay);
+  {s["max_tokens"]} tokens a batch; validation and a checkpoint every {s["validate_every"]} updates.
+- BLEU: the last {s["average"]} interval checkpoints up to the end averaged, `fairseq-generate` beam 5, max length
+  1.2 x source + 10, BPE removed.
+- Machine: {s["jobs"]} runs at a time, one torch thread each, `nice -n 5`; {hours:.1f} hours of training summed over the
+  {len(results)} runs. Runs trained at {", ".join(sorted({r.get("git") or "?" for r in results}))} (per run in
+  results.json). This report: {describe(meta["provenance"])}
+
+Regenerate (resumable; a finished run's record in runs/ is reused):
+
+    {meta["command"]}
+"""
+    write_text(out / "README.md", body)
+
+
+def seeds_at(text: str):
+    depth, _, seeds = text.partition("=")
+    try:
+        return int(depth), [int(s) for s in seeds.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: write DEPTH=SEED[,SEED...], e.g. 12=1") from None
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="fairseq-residual-bible-study", description=__doc__.splitlines()[0])
+    p.add_argument("--work", default=str(ROOT / "work" / "bible-study"), help="data and checkpoints")
+    p.add_argument("--out", default=str(ROOT / "results" / "bible-study"), help="report folder (records in runs/)")
+    p.add_argument("--schemes", nargs="+", default=["post", "pre", "residual", "residual:scale=0.5", "hc"])
+    p.add_argument("--nowarmup-schemes", nargs="*", default=["post", "pre", "residual"], help="also without warmup")
+    p.add_argument("--depths", type=int, nargs="+", default=[6, 12], help="the first is the main depth")
+    p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--seeds-at", type=seeds_at, nargs="*", default=[(12, [1])], help="DEPTH=SEEDS: fewer seeds there")
+    p.add_argument("--jobs", type=int, default=2, help="runs trained at the same time (one thread each)")
+    p.add_argument("--src", default="es")
+    p.add_argument("--tgt", default="en")
+    p.add_argument("--bpe-merges", type=int, default=8000)
+    p.add_argument("--dim", type=int, default=64, help="model width (FFN 4x)")
+    p.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (the paper's, scaled: README)")
+    p.add_argument("--warmup", type=int, default=1000, help="warmup updates")
+    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--validate-every", type=int, default=250)
+    p.add_argument("--plateau-fraction", type=float, default=0.01)
+    p.add_argument("--plateau-min-updates", type=int, default=2000)
+    p.add_argument("--max-update-cap", type=int, default=8000)
+    p.add_argument("--average", type=int, default=5, help="interval checkpoints averaged for BLEU")
+    p.add_argument("--zoom-from", type=int, default=1000, help="the zoomed curves start here")
+    args = p.parse_args(argv)
+    if args.validate_every <= 0 or args.plateau_min_updates % args.validate_every:
+        raise ConfigError("--plateau-min-updates must be a multiple of --validate-every")
+    return args
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse_args(argv)
+    check_variants(args.schemes)
+    unknown = [s for s in args.nowarmup_schemes if s not in args.schemes]
+    if unknown:
+        raise ConfigError(f"--nowarmup-schemes {' '.join(unknown)}: not in --schemes")
+    started = time.time()
+    data = prepare_data(args)
+    specs = plan(args)
+    data["fingerprints"] = {
+        spec: model_fingerprint(training_args(data["databin"], Path(args.work) / "fingerprint", spec, args, 0))
+        for spec in specs
+    }
+    print(f"{len(specs)} runs planned: {', '.join(s.name for s in specs)}", flush=True)
+    results = run_all(specs, data, args, started)
+    meta = dict(
+        command=" ".join(["nice -n 5 .venv/bin/python -m fairseq_residual_tools.analysis.bible_study", *argv]),
+        settings={k: v for k, v in vars(args).items() if k not in ("work", "out")},
+        data={k: data["summary"][k] for k in ("pairs", "verses", "modules", "data_bin_sha256")},
+        provenance=provenance(),
+    )
+    write_report(results, meta, Path(args.out))
+    print(cell_table(results, "bleu", 2))
+    return results
+
+
+if __name__ == "__main__":
+    raise SystemExit(exit_on_user_error(main))
