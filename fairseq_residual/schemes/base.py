@@ -142,6 +142,13 @@ class SchemeLayer(FairseqLayer):
         """Called once at the end of the constructor; ``decoder``: which stack the layer is in
         (``cfg`` is fairseq's nested TransformerConfig). The default does nothing."""
 
+    def setup_position(self, index: int) -> None:
+        """Called once when the stack has built all its layers, before it wraps them (activation checkpointing,
+        FSDP): ``index`` is the layer's position in its stack, from 0. fairseq builds a stack's layers without
+        saying which is which; a layer whose constants or modules depend on its position (Keel's first layer,
+        SiameseNorm's depth factor) sets them here, where FSDP has not yet flattened its parameters. The default
+        does nothing."""
+
 
 class SublayerLayer(SchemeLayer):
     """Mixin for a layer whose residual sum, or the input of its sub-layers, depends on the sub-layer
