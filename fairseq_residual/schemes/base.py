@@ -320,6 +320,14 @@ class SublayerDecoderLayer(TransformerDecoderLayerBase):
         return x, attn, None, stream
 
 
+def contiguous_gradient(x: Tensor) -> Tensor:
+    """x itself, through a 2-D view and back (no copy, the same values), for a stack output that no fused kernel
+    closes (T-Fixup's, Keel's). The decoder's output reaches the output projection transposed (batch first), so its
+    gradient comes back in that layout; the view's backward copies it into the layers' layout once. Without it each
+    sub-layer's backward would copy it again (a LayerNorm at the top makes this copy inside its backward)."""
+    return x.flatten(0, 1).view_as(x)
+
+
 def stack_layers(stack) -> List[Any]:
     """A stack's layers in order, unwrapped from FSDP; by index, because fairseq's LayerDrop
     list skips layers at random when iterated in training mode (a fresh model is)."""
