@@ -24,12 +24,15 @@ ResiDual + Sandwich-LN:       g = LN^out(f(x^ln)); x^ln <- LN(x^ln + g); x^d <- 
 Mix-LN (Li et al. 2024):      layers 1..floor(alpha L): x <- LN(x + f(x)); the others: x <- x + f(LN(x));
                               top = LN(x)
 LN Scaling (Sun et al. 2025): layer l: x <- x + f(LN(x) / sqrt(l)), top = LN(x) (unscaled)
-Keel (Chen and Wei 2026):     x <- LN^post(alpha x + f(LN(x))), alpha = number of sub-layers in the stack, no top LN
+Keel (Chen and Wei 2026):     x <- RMS^post(alpha x + f(RMS^in(x))) (Eq. 8), alpha = L, the stack's sub-layers; in
+                              the first layer alpha = 1 and the self-attention has no RMS^post (Section 3.1); every
+                              norm RMS(x) = gamma x / sqrt(mean(x^2) + eps), no bias (Eq. 9); no top norm
 """
 
 import math
 from functools import partial
 
+import torch
 import torch.nn.functional as F
 from reference import causal_mask, ffn, final_norm, source_embedding, target_embedding
 
@@ -312,14 +315,24 @@ def ln_scaling(model, src_tokens, prev_tokens=None):
     return run_stacks(model, src_tokens, prev_tokens, ln_scaling_stack, ln_scaling_stack)
 
 
-# --- Keel -------------------------------------------------------------------------------------
+# --- Keel ---------------------------------------------------------------------------------------
+
+
+def rms_norm(norm, x):
+    """gamma x / sqrt(mean(x^2) + eps) with the module's gain and epsilon, computed here (Keel's Eq. 9: no bias)."""
+    return norm.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.eps)
 
 
 def keel_stack(stack, blocks, x):
     alpha = sum(len(block) for block in blocks)  # L: the sub-layers of the stack
-    for layer, block in zip(stack.layers, blocks):
-        for name, f, ln in block:  # ln: the LayerNorm of the sub-layer's input
-            x = layer_norm(layer.post_norms[name], alpha * x + f(layer_norm(ln, x)))
+    for number, (layer, block) in enumerate(zip(stack.layers, blocks), start=1):
+        for name, f, norm_in in block:  # norm_in: the norm of the sub-layer's input
+            if number == 1:  # Section 3.1: no alpha in the first layer, no Post-LN after its attention
+                x = x + f(rms_norm(norm_in, x))
+                if name != "self_attn":
+                    x = rms_norm(layer.post_norms[name], x)
+            else:
+                x = rms_norm(layer.post_norms[name], alpha * x + f(rms_norm(norm_in, x)))
     return x
 
 

@@ -22,7 +22,7 @@ ADDED = {
         "ffn_layernorm.weight",
     ],
     "residual-sandwich": ["sublayer_output_norms.self_attn.weight", "sublayer_output_norms.ffn.weight"],
-    "keel": ["post_norms.self_attn.weight", "post_norms.ffn.bias"],
+    "keel": ["post_norms.ffn.weight"],  # a first layer: no post-norm after its self-attention
 }
 #: scheme -> the parameter its equations add to the decoder's cross-attention (NormFormer: none, plain Pre-LN)
 CROSS = {
