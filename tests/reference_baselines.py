@@ -27,6 +27,11 @@ LN Scaling (Sun et al. 2025): layer l: x <- x + f(LN(x) / sqrt(l)), top = LN(x) 
 Keel (Chen and Wei 2026):     x <- RMS^post(alpha x + f(RMS^in(x))) (Eq. 8), alpha = L, the stack's sub-layers; in
                               the first layer alpha = 1 and the self-attention has no RMS^post (Section 3.1); every
                               norm RMS(x) = gamma x / sqrt(mean(x^2) + eps), no bias (Eq. 9); no top norm
+SiameseNorm (Li et al. 2026), as the authors' Block (deit-model-siamesenorm.py) writes it, for every sub-layer f
+                              of layer l: x <- LN^x(x); z = f(LN^in(x + LN^y(y))); x <- x + z / c, y <- y + s z, with
+                              c = sqrt(S (l + 1)) for S sub-layers a layer; x = y = the embedding at the start (y
+                              times s), top = LN^out(LN^x(x) + LN^d(y)). The LN^x before a sub-layer is the model's
+                              Post-LN norm of the sub-layer before it (the stack's embedding norm before the first)
 """
 
 import math
@@ -340,6 +345,30 @@ def keel(model, src_tokens, prev_tokens=None):
     return run_stacks(model, src_tokens, prev_tokens, keel_stack, keel_stack)
 
 
+# --- SiameseNorm --------------------------------------------------------------------------------
+
+
+def siamese_stack(stack, blocks, embedding, scale=1.0):
+    top = stack.layer_norm
+    # LN^x, applied to x before each sub-layer, and after the last one for the top
+    x_norms = [top.embedding_norm] + [post_norm for block in blocks for _, _, post_norm in block]
+    x, y = embedding, scale * embedding
+    k = 0
+    for l, (layer, block) in enumerate(zip(stack.layers, blocks)):
+        c = math.sqrt(len(block) * (l + 1))
+        for name, f, _ in block:
+            x = layer_norm(x_norms[k], x)
+            z = f(layer_norm(layer.input_norms[name], x + layer_norm(layer.stream_norms[name], y)))
+            x, y = x + z / c, y + scale * z
+            k += 1
+    return layer_norm(top.output_norm, layer_norm(x_norms[k], x) + layer_norm(top, y))
+
+
+def siamese(model, src_tokens, prev_tokens=None, scale=1.0):
+    stack = partial(siamese_stack, scale=scale)
+    return run_stacks(model, src_tokens, prev_tokens, stack, stack)
+
+
 REFERENCES = {
     "deepnet": deepnet,
     "b2t": b2t,
@@ -352,4 +381,5 @@ REFERENCES = {
     "mix-ln": mix_ln,
     "ln-scaling": ln_scaling,
     "keel": keel,
+    "siamese": siamese,
 }

@@ -324,6 +324,16 @@ def keel(c: StackCall) -> Work:
     return work.add("mul", (s - per_layer) * c.backward, 2 * c.n)
 
 
+def siamese(c: StackCall) -> Work:
+    """SiameseNorm over ResiDual: per sub-layer LN^y of x^d and LN^in of x^ln + LN^y(x^d) (that add too), per stack
+    LN_0 of the embedding and LN^out at the top; backward the gradient of x^d summed from LN^y and the next sum,
+    and 1/c times x^f's gradient on the Post-LN path (x^ln + x^f / c is one add with 1/c). ResiDual's copy of the
+    strided embedding is gone: LN_0 writes x^ln_1 contiguous."""
+    s = c.sublayers
+    work = layer_norms(c, 2 * s + 2).add("add", s * (1 + c.backward), 3 * c.n)
+    return work.add("clone", -int(c.strided), 2 * c.n).add("mul", s * c.backward, 2 * c.n)
+
+
 def plugin(c: StackCall) -> Work:
     """The plugin's layer loops over fairseq's (its ``pre`` / ``post`` against stock): the decoder makes its
     causal mask on every training call (``full`` and ``triu_`` of T x T; stock caches it on the module, which
@@ -447,6 +457,10 @@ def optimizer_keel(x: Shapes) -> Work:
     return adam(Work(), -6, x.d)
 
 
+def optimizer_siamese(x: Shapes) -> Work:
+    return adam(Work(), 4 * (2 * x.N + 3 * x.M) + 8, x.d)  # LN^y, LN^in per sub-layer; LN_0, LN^out per stack
+
+
 def optimizer_dlcl(x: Shapes) -> Work:
     work = adam(Work(), 2 * (x.N + x.M), x.d)  # LN_k of every layer
     for layers in (x.N, x.M):
@@ -490,6 +504,7 @@ FORMULAS: Dict[str, Tuple[str, Callable[[StackCall], Work], Callable[[Shapes], W
     "keel": ("pre", keel, optimizer_keel),
     "hc": ("pre", hyper_connections, optimizer_hyper_connections),
     "mhc": ("pre", manifold_hyper_connections, optimizer_manifold_hyper_connections),
+    "siamese": ("residual", siamese, optimizer_siamese),
     "pre": ("stock-pre", plugin, optimizer_residual),
     "post": ("stock-post", plugin, optimizer_residual),
 }
