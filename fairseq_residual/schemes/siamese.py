@@ -91,7 +91,8 @@ class SiameseNorm(ResiDual):
     )
     encoder_layer_cls = SiameseEncoderLayer
     decoder_layer_cls = SiameseDecoderLayer
-    #: the stack output is normalised: --residual-output-alpha / --residual-output-scale do not apply
+    #: the stack output is normalised: --residual-output-alpha / --residual-output-scale are refused (so ResiDual's
+    #: ``initialize``, which applies the scale, leaves the model as built)
     dual_output = False
 
     def build_stack_output(self, fairseq_default, embed_dim, cfg):
