@@ -1,11 +1,12 @@
 """The ``residual_transformer`` model: fairseq's Transformer with a pluggable residual scheme.
 
-Overridden from fairseq's transformer: which layer class each stack builds, the module at the
-top of each stack, the ``normalize_before`` flags, and each stack's layer loop, which hands the
-scheme's carry from one layer to the next in a local variable (``ResidualScheme.start``,
-``step``, ``finish``); everything around the loop (embeddings, masks, LayerDrop, alignment,
-incremental state) is fairseq's code. The scheme's ``initialize`` then sees the built model
-once. See ``schemes/`` for the schemes themselves, and docs/architecture.md.
+Overridden from fairseq's transformer: which layer class each stack builds (each layer told its
+position before it is wrapped, ``place_layers``), the module at the top of each stack, the
+``normalize_before`` flags, and each stack's layer loop, which hands the scheme's carry from one
+layer to the next in a local variable (``ResidualScheme.start``, ``step``, ``finish``); everything
+around the loop (embeddings, masks, LayerDrop, alignment, incremental state) is fairseq's code.
+The scheme's ``initialize`` then sees the built model once. See ``schemes/`` for the schemes
+themselves, and docs/architecture.md.
 """
 
 import logging
@@ -27,6 +28,7 @@ from torch import Tensor, nn
 from .config import ResidualTransformerConfig, to_transformer_config
 from .errors import ArchitectureMismatchError, CheckpointMismatchError, ConfigError, OptionError
 from .schemes import SCHEMES, UnknownSchemeError, get_scheme
+from .schemes.base import SchemeLayer
 
 logger = logging.getLogger(__name__)
 
@@ -52,6 +54,18 @@ def _wrap_layer(layer, cfg):
     return fsdp_wrap(layer, min_num_params=min_params_to_wrap)
 
 
+def place_layers(stack, cfg) -> None:
+    """Tell each layer of ``stack`` its position (``SchemeLayer.setup_position``), then wrap it (``_wrap_layer``).
+
+    fairseq's constructor builds the layers one ``build_*_layer`` call at a time, without their index; they are
+    wrapped here instead, once all exist, so that a layer may still add or drop modules for its position."""
+    for index in range(len(stack.layers)):  # by index: a LayerDrop list skips layers when iterated in training
+        layer = stack.layers[index]
+        if isinstance(layer, SchemeLayer):
+            layer.setup_position(index)
+        stack.layers[index] = _wrap_layer(layer, cfg)
+
+
 def future_mask(x: Tensor) -> Tensor:
     """The decoder's causal self-attention mask for ``x`` (time first), -inf above the diagonal.
 
@@ -66,6 +80,7 @@ def future_mask(x: Tensor) -> Tensor:
 class ResidualTransformerEncoder(TransformerEncoderBase):
     def __init__(self, cfg, dictionary, embed_tokens, return_fc=False):
         super().__init__(cfg, dictionary, embed_tokens, return_fc=return_fc)
+        place_layers(self, cfg)
         self.scheme = get_scheme(cfg.residual_scheme)
         self.layer_norm: Optional[nn.Module] = self.scheme.build_stack_output(
             self.layer_norm, embed_tokens.embedding_dim, cfg
@@ -103,7 +118,7 @@ class ResidualTransformerEncoder(TransformerEncoderBase):
 
     def build_encoder_layer(self, cfg):
         layer_cls = get_scheme(cfg.residual_scheme).encoder_layer_cls
-        return _wrap_layer(layer_cls(cfg, return_fc=self.return_fc), cfg)
+        return layer_cls(cfg, return_fc=self.return_fc)  # wrapped by place_layers, with its position known
 
 
 class ResidualTransformerDecoder(TransformerDecoderBase):
@@ -115,6 +130,7 @@ class ResidualTransformerDecoder(TransformerDecoderBase):
             no_encoder_attn=no_encoder_attn,
             output_projection=output_projection,
         )
+        place_layers(self, cfg)
         self.scheme = get_scheme(cfg.residual_scheme)
         # the stack's width, as fairseq's own top LayerNorm: the embedding may be wider (--decoder-input-dim)
         self.layer_norm: Optional[nn.Module] = self.scheme.build_stack_output(
@@ -194,7 +210,7 @@ class ResidualTransformerDecoder(TransformerDecoderBase):
 
     def build_decoder_layer(self, cfg, no_encoder_attn=False):
         layer_cls = get_scheme(cfg.residual_scheme).decoder_layer_cls
-        return _wrap_layer(layer_cls(cfg, no_encoder_attn), cfg)
+        return layer_cls(cfg, no_encoder_attn)  # wrapped by place_layers, with its position known
 
 
 def validate_config(cfg):

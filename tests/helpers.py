@@ -320,10 +320,11 @@ BASELINES = [
     "mix-ln",
     "ln-scaling",
     "keel",
+    "siamese",
 ]
 #: schemes whose LayerNorms (and NormFormer's head scales) are made random before an equation check: at init
 #: all LNs are the identity and every gamma is 1, so a LayerNorm or head scale in the wrong place would not show
-NORM_SCHEMES = {"sandwich", "normformer", "residual-sandwich", "mix-ln", "ln-scaling", "keel"}
+NORM_SCHEMES = {"sandwich", "normformer", "residual-sandwich", "mix-ln", "ln-scaling", "keel", "siamese"}
 
 
 def randomise_learned_mixing(model, scheme, seed=0):

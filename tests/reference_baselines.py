@@ -24,12 +24,20 @@ ResiDual + Sandwich-LN:       g = LN^out(f(x^ln)); x^ln <- LN(x^ln + g); x^d <- 
 Mix-LN (Li et al. 2024):      layers 1..floor(alpha L): x <- LN(x + f(x)); the others: x <- x + f(LN(x));
                               top = LN(x)
 LN Scaling (Sun et al. 2025): layer l: x <- x + f(LN(x) / sqrt(l)), top = LN(x) (unscaled)
-Keel (Chen and Wei 2026):     x <- LN^post(alpha x + f(LN(x))), alpha = number of sub-layers in the stack, no top LN
+Keel (Chen and Wei 2026):     x <- RMS^post(alpha x + f(RMS^in(x))) (Eq. 8), alpha = L, the stack's sub-layers; in
+                              the first layer alpha = 1 and the self-attention has no RMS^post (Section 3.1); every
+                              norm RMS(x) = gamma x / sqrt(mean(x^2) + eps), no bias (Eq. 9); no top norm
+SiameseNorm (Li et al. 2026), as the authors' Block (deit-model-siamesenorm.py) writes it, for every sub-layer f
+                              of layer l: x <- LN^x(x); z = f(LN^in(x + LN^y(y))); x <- x + z / c, y <- y + s z, with
+                              c = sqrt(S (l + 1)) for S sub-layers a layer; x = y = the embedding at the start (y
+                              times s), top = LN^out(LN^x(x) + LN^d(y)). The LN^x before a sub-layer is the model's
+                              Post-LN norm of the sub-layer before it (the stack's embedding norm before the first)
 """
 
 import math
 from functools import partial
 
+import torch
 import torch.nn.functional as F
 from reference import causal_mask, ffn, final_norm, source_embedding, target_embedding
 
@@ -312,19 +320,53 @@ def ln_scaling(model, src_tokens, prev_tokens=None):
     return run_stacks(model, src_tokens, prev_tokens, ln_scaling_stack, ln_scaling_stack)
 
 
-# --- Keel -------------------------------------------------------------------------------------
+# --- Keel ---------------------------------------------------------------------------------------
+
+
+def rms_norm(norm, x):
+    """gamma x / sqrt(mean(x^2) + eps) with the module's gain and epsilon, computed here (Keel's Eq. 9: no bias)."""
+    return norm.weight * x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + norm.eps)
 
 
 def keel_stack(stack, blocks, x):
     alpha = sum(len(block) for block in blocks)  # L: the sub-layers of the stack
-    for layer, block in zip(stack.layers, blocks):
-        for name, f, ln in block:  # ln: the LayerNorm of the sub-layer's input
-            x = layer_norm(layer.post_norms[name], alpha * x + f(layer_norm(ln, x)))
+    for number, (layer, block) in enumerate(zip(stack.layers, blocks), start=1):
+        for name, f, norm_in in block:  # norm_in: the norm of the sub-layer's input
+            if number == 1:  # Section 3.1: no alpha in the first layer, no Post-LN after its attention
+                x = x + f(rms_norm(norm_in, x))
+                if name != "self_attn":
+                    x = rms_norm(layer.post_norms[name], x)
+            else:
+                x = rms_norm(layer.post_norms[name], alpha * x + f(rms_norm(norm_in, x)))
     return x
 
 
 def keel(model, src_tokens, prev_tokens=None):
     return run_stacks(model, src_tokens, prev_tokens, keel_stack, keel_stack)
+
+
+# --- SiameseNorm --------------------------------------------------------------------------------
+
+
+def siamese_stack(stack, blocks, embedding, scale=1.0):
+    top = stack.layer_norm
+    # LN^x, applied to x before each sub-layer, and after the last one for the top
+    x_norms = [top.embedding_norm] + [post_norm for block in blocks for _, _, post_norm in block]
+    x, y = embedding, scale * embedding
+    k = 0
+    for l, (layer, block) in enumerate(zip(stack.layers, blocks)):
+        c = math.sqrt(len(block) * (l + 1))
+        for name, f, _ in block:
+            x = layer_norm(x_norms[k], x)
+            z = f(layer_norm(layer.input_norms[name], x + layer_norm(layer.stream_norms[name], y)))
+            x, y = x + z / c, y + scale * z
+            k += 1
+    return layer_norm(top.output_norm, layer_norm(x_norms[k], x) + layer_norm(top, y))
+
+
+def siamese(model, src_tokens, prev_tokens=None, scale=1.0):
+    stack = partial(siamese_stack, scale=scale)
+    return run_stacks(model, src_tokens, prev_tokens, stack, stack)
 
 
 REFERENCES = {
@@ -339,4 +381,5 @@ REFERENCES = {
     "mix-ln": mix_ln,
     "ln-scaling": ln_scaling,
     "keel": keel,
+    "siamese": siamese,
 }

@@ -30,6 +30,7 @@ from .pre_ln import PreLN
 from .residual import ResiDual
 from .residual_sandwich import ResiDualSandwich
 from .sandwich import Sandwich
+from .siamese import SiameseNorm
 from .tfixup import TFixup
 
 SCHEMES: Dict[str, ResidualScheme] = {
@@ -51,6 +52,7 @@ SCHEMES: Dict[str, ResidualScheme] = {
         Keel(),
         HyperConnections(),
         ManifoldHyperConnections(),
+        SiameseNorm(),
     )
 }
 

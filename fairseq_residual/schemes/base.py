@@ -142,6 +142,13 @@ class SchemeLayer(FairseqLayer):
         """Called once at the end of the constructor; ``decoder``: which stack the layer is in
         (``cfg`` is fairseq's nested TransformerConfig). The default does nothing."""
 
+    def setup_position(self, index: int) -> None:
+        """Called once when the stack has built all its layers, before it wraps them (activation checkpointing,
+        FSDP): ``index`` is the layer's position in its stack, from 0. fairseq builds a stack's layers without
+        saying which is which; a layer whose constants or modules depend on its position (Keel's first layer,
+        SiameseNorm's depth factor) sets them here, where FSDP has not yet flattened its parameters. The default
+        does nothing."""
+
 
 class SublayerLayer(SchemeLayer):
     """Mixin for a layer whose residual sum, or the input of its sub-layers, depends on the sub-layer
@@ -311,6 +318,14 @@ class SublayerDecoderLayer(TransformerDecoderLayerBase):
         if not pre:
             x = self.final_layer_norm(x)
         return x, attn, None, stream
+
+
+def contiguous_gradient(x: Tensor) -> Tensor:
+    """x itself, through a 2-D view and back (no copy, the same values), for a stack output that no fused kernel
+    closes (T-Fixup's, Keel's). The decoder's output reaches the output projection transposed (batch first), so its
+    gradient comes back in that layout; the view's backward copies it into the layers' layout once. Without it each
+    sub-layer's backward would copy it again (a LayerNorm at the top makes this copy inside its backward)."""
+    return x.flatten(0, 1).view_as(x)
 
 
 def stack_layers(stack) -> List[Any]:

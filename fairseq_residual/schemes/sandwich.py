@@ -11,6 +11,10 @@ LN^in_k is fairseq's Pre-LN LayerNorm of the sub-layer (``self_attn_layer_norm``
 LayerNorm init (gain 1, bias 0). The paper's motivation: the Pre-LN stream grows with depth in fp16, and the
 output LN bounds what each sub-layer adds.
 
+Peri-LN (Kim et al. 2025, "Peri-LN: Revisiting Normalization Layer in the Transformer Architecture", ICML 2025,
+arXiv:2502.02732), x_{k+1} = x_k + LN(f_k(LN(x_k))) with a final LN, is this same placement of norms under a later
+name: ``--residual-scheme sandwich`` is Peri-LN.
+
 Choices (authors' code, THUDM/CogView, ``--sandwich-ln``): LN^out takes the sub-layer's output after its
 dropout (their attention and MLP modules apply the output dropout inside, before the "third" and "fourth"
 LayerNorm), and every sub-layer has one, the decoder's cross-attention included (CogView has no

@@ -40,7 +40,7 @@ from fairseq.modules.transformer_layer import (
 )
 from torch import nn
 
-from .base import ResidualScheme, SchemeLayer
+from .base import ResidualScheme, SchemeLayer, contiguous_gradient
 
 
 def tfixup_scales(encoder_layers: int, decoder_layers: int) -> Tuple[float, float]:
@@ -105,12 +105,7 @@ class TFixup(ResidualScheme):
         return None  # no final LayerNorm
 
     def finish(self, stack, carry):
-        """The last layer's output, through a 2-D view and back (no copy, the same tensor's values).
-
-        The decoder's output reaches the output projection transposed (batch first), so its gradient comes back
-        in that layout; the view's backward copies it into the layers' layout once. Without it each sub-layer's
-        backward would copy it again (the schemes with a LayerNorm at the top do this copy inside its backward)."""
-        return carry.flatten(0, 1).view_as(carry)
+        return contiguous_gradient(carry)  # the last layer's output; its gradient copied once into the layers' layout
 
     def initialize(self, model, cfg):
         # the embeddings are shared by both stacks, so they are scaled here, once each

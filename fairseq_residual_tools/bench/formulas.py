@@ -165,6 +165,22 @@ def layer_norm_backward(c: StackCall, width: int = 0) -> int:
     return 3 * c.rows * d + 2 * c.rows + 4 * d
 
 
+def rms_norms(c: StackCall, count: int) -> Work:
+    """``count`` gain-only RMS norms (``nn.RMSNorm``, elementwise kernels on the CPU) in each stack call: forward
+    x^2, its mean over d, + eps, rsqrt, x times it, times gamma; backward the two products' gradients, gamma's
+    reduction, the mean's (a broadcast division) and rsqrt's (its cube, two products) and x^2's (x^1 times 2 times
+    the gradient), and the sum of x's two gradients."""
+    n, r, d = c.n, c.rows, c.d
+    work = Work().add("pow", count, 2 * n).add("mean", count, n + r).add("add_", count, 2 * r)
+    work.add("rsqrt", count, 2 * r).add("mul", count, 2 * n + r).add("mul", count, 2 * n + d)
+    if not c.backward:
+        return work
+    work.add("mul", count, 3 * n).add("mul", count, 2 * n + d).add("sum", count, n + d)  # gamma's and x_hat's
+    work.add("mul", count, 3 * n).add("mul", count, 2 * n + r).add("sum", count, n + r)  # rsqrt's and x's
+    work.add("pow", count, 2 * r).add("mul", count, 2 * r).add("mul", count, 3 * r).add("div", count, r + n)
+    return work.add("pow", count, 2 * n).add("mul", count, 2 * n).add("mul", count, 3 * n).add("add", count, 3 * n)
+
+
 def layer_norms(c: StackCall, count: int, width: int = 0) -> Work:
     """``count`` LayerNorms over rows of ``width`` in each stack call, with their backward in training."""
     work = Work().add("native_layer_norm", count, layer_norm_forward(c, width))
@@ -294,11 +310,28 @@ def ln_scaling(c: StackCall) -> Work:
 
 
 def keel(c: StackCall) -> Work:
-    """Keel over Pre-LN: LN^post after each of the s sums, in place of Pre-LN's final LayerNorm (s - 1 more
-    LayerNorms); backward multiplies the residual's gradient by alpha, once per sub-layer (the sum
-    alpha x + f is one add with alpha)."""
-    work = layer_norms(c, c.sublayers - 1)
-    return work.add("mul", c.sublayers * c.backward, 2 * c.n)
+    """Keel over Pre-LN: gain-only RMS norms in place of Pre-LN's s LayerNorms and its final one: N^in on every
+    sub-layer's input, N^post after every sum but the first self-attention's (2s - 1); backward multiplies the
+    residual's gradient by alpha in every sub-layer above the first layer (alpha x + f is one add with alpha, and
+    the first layer's alpha is 1). Named: a contiguous copy of the embedding where its time-first view is strided
+    (``Keel.start``), which Pre-LN's fused first LayerNorm makes as a by-product; in training, one copy of the
+    decoder's gradient, which reaches the stack transposed (T-Fixup's: ``base.contiguous_gradient``), where Pre-LN's
+    top LayerNorm copies it inside its backward."""
+    s, per_layer = c.sublayers, c.sublayers // c.layers
+    work = Work().add("clone", int(c.strided) * (1 + int(c.decoder and c.backward)), 2 * c.n)
+    work += rms_norms(c, 2 * s - 1)
+    work += layer_norms(c, s + 1).times(-1)
+    return work.add("mul", (s - per_layer) * c.backward, 2 * c.n)
+
+
+def siamese(c: StackCall) -> Work:
+    """SiameseNorm over ResiDual: per sub-layer LN^y of x^d and LN^in of x^ln + LN^y(x^d) (that add too), per stack
+    LN_0 of the embedding and LN^out at the top; backward the gradient of x^d summed from LN^y and the next sum,
+    and 1/c times x^f's gradient on the Post-LN path (x^ln + x^f / c is one add with 1/c). ResiDual's copy of the
+    strided embedding is gone: LN_0 writes x^ln_1 contiguous."""
+    s = c.sublayers
+    work = layer_norms(c, 2 * s + 2).add("add", s * (1 + c.backward), 3 * c.n)
+    return work.add("clone", -int(c.strided), 2 * c.n).add("mul", s * c.backward, 2 * c.n)
 
 
 def plugin(c: StackCall) -> Work:
@@ -419,7 +452,13 @@ def optimizer_normformer(x: Shapes) -> Work:
 
 
 def optimizer_keel(x: Shapes) -> Work:
-    return adam(Work(), 2 * (2 * x.N + 3 * x.M - 2), x.d)  # LN^post of every sub-layer, less the final LNs
+    """gamma of N^in and N^post (no biases), less the first self-attention's N^post in each stack, in place of
+    Pre-LN's gains and biases and its two final LayerNorms': 6 parameters of d fewer."""
+    return adam(Work(), -6, x.d)
+
+
+def optimizer_siamese(x: Shapes) -> Work:
+    return adam(Work(), 4 * (2 * x.N + 3 * x.M) + 8, x.d)  # LN^y, LN^in per sub-layer; LN_0, LN^out per stack
 
 
 def optimizer_dlcl(x: Shapes) -> Work:
@@ -465,6 +504,7 @@ FORMULAS: Dict[str, Tuple[str, Callable[[StackCall], Work], Callable[[Shapes], W
     "keel": ("pre", keel, optimizer_keel),
     "hc": ("pre", hyper_connections, optimizer_hyper_connections),
     "mhc": ("pre", manifold_hyper_connections, optimizer_manifold_hyper_connections),
+    "siamese": ("residual", siamese, optimizer_siamese),
     "pre": ("stock-pre", plugin, optimizer_residual),
     "post": ("stock-post", plugin, optimizer_residual),
 }

@@ -1,4 +1,4 @@
-"""The schemes beyond the paper (Sandwich-LN, NormFormer, ResiDual-Sandwich, Keel, Mix-LN) train through
+"""The schemes beyond the paper (Sandwich-LN, NormFormer, ResiDual-Sandwich, Keel, SiameseNorm, Mix-LN) train through
 ``fairseq-hydra-train`` with configs/small.yaml; their checkpoints hold the parameters their equations add, and
 Mix-LN's ratio arrives from the hydra override."""
 
@@ -22,13 +22,15 @@ ADDED = {
         "ffn_layernorm.weight",
     ],
     "residual-sandwich": ["sublayer_output_norms.self_attn.weight", "sublayer_output_norms.ffn.weight"],
-    "keel": ["post_norms.self_attn.weight", "post_norms.ffn.bias"],
+    "keel": ["post_norms.ffn.weight"],  # a first layer: no post-norm after its self-attention
+    "siamese": ["stream_norms.self_attn.weight", "input_norms.ffn.bias"],
 }
 #: scheme -> the parameter its equations add to the decoder's cross-attention (NormFormer: none, plain Pre-LN)
 CROSS = {
     "sandwich": "sublayer_output_norms.encoder_attn.weight",
     "residual-sandwich": "sublayer_output_norms.encoder_attn.weight",
     "keel": "post_norms.encoder_attn.weight",
+    "siamese": "input_norms.encoder_attn.weight",
 }
 
 
