@@ -58,8 +58,8 @@ RMS_EPS = 1e-5
 def inverse_rms(v: Tensor) -> Tensor:
     """rho(v) = 1 / sqrt(mean(v^2) + eps) over the width, one per token, accumulated in float32 or wider (squares of
     fp16 activations overflow), in v's dtype."""
-    norm = torch.linalg.vector_norm(v, dim=-1, dtype=torch.promote_types(v.dtype, torch.float32))
-    return torch.rsqrt(norm.square() / v.size(-1) + RMS_EPS).to(v.dtype)
+    wide = v.to(torch.promote_types(v.dtype, torch.float32))
+    return torch.rsqrt(wide.pow(2).mean(dim=-1) + RMS_EPS).to(v.dtype)
 
 
 class Sources(NamedTuple):
@@ -88,7 +88,10 @@ class DepthAttention(nn.Module):
     def read(self, values: Sequence[Tensor], scales: Sequence[Tensor]) -> Tensor:
         """sum_i alpha_i v_i, alpha = softmax_i((w * g)^T v_i rho(v_i))."""
         query = self.query * self.key_gain
-        logits = torch.stack([torch.matmul(v, query) * rho for v, rho in zip(values, scales)])
+        # (w * g)^T v over the rows of v, one matrix-vector product (a view of v's rows, whatever its strides)
+        logits = torch.stack(
+            [torch.mv(v.reshape(-1, v.size(-1)), query).view_as(rho) * rho for v, rho in zip(values, scales)]
+        )
         return mix(values, torch.softmax(logits, dim=0).unsqueeze(-1))
 
 

@@ -86,9 +86,10 @@ class HistoryMix(torch.autograd.Function):
         if weight.dim() == 1:
             flat = grad.reshape(-1)
             grad_weight = torch.stack([torch.dot(flat, h.reshape(-1)) for h in history])
-        else:  # (entries, time, batch, 1): <g, h_k> over the width, for every token
-            rows = grad.unsqueeze(-2)
-            grad_weight = torch.stack([torch.matmul(rows, h.unsqueeze(-1)).squeeze(-1) for h in history])
+        else:  # (entries, time, batch, 1): <g, h_k> over the width, for every token: a batch of 1 x 1 products
+            width = grad.size(-1)
+            rows = grad.reshape(-1, 1, width)
+            grad_weight = torch.stack([torch.bmm(rows, h.reshape(-1, width, 1)).view_as(weight[0]) for h in history])
         return (grad_weight, *(grad * weight[k] for k in range(len(history))))
 
 
