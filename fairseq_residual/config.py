@@ -121,6 +121,19 @@ _SCHEME_FIELDS: List[Tuple[str, Any, Any]] = [
         ),
     ),
     (
+        "attn_res_blocks",
+        int,
+        field(
+            default=0,
+            metadata={
+                "help": "attn-res only: N, the number of equal blocks each stack's layers form (Block Attention "
+                "Residuals: a sub-layer attends over the embedding, the earlier blocks' sums and its own block's sum "
+                "so far; N divides the encoder's and the decoder's depth, the paper's ~8); 0 attends over every "
+                "earlier sub-layer's output (Full Attention Residuals)"
+            },
+        ),
+    ),
+    (
         "residual_output_alpha",
         float,
         field(

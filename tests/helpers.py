@@ -328,7 +328,8 @@ NORM_SCHEMES = {"sandwich", "normformer", "residual-sandwich", "mix-ln", "ln-sca
 
 
 def randomise_learned_mixing(model, scheme, seed=0):
-    """Random omega (Admin) / lower-triangular W (DLCL), to exercise their indexing."""
+    """Random omega (Admin) / lower-triangular W (DLCL) / pseudo-queries and key gains (Attention Residuals, whose
+    zero queries read the plain mean of the sources), to exercise their indexing."""
     g = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in model.named_parameters():
@@ -336,6 +337,8 @@ def randomise_learned_mixing(model, scheme, seed=0):
                 p.copy_(0.5 * torch.randn(p.shape, generator=g))
             if scheme in NORM_SCHEMES and (name.endswith(".gamma") or "norm" in name or "attn_ln" in name):
                 p.copy_(p + 0.3 * torch.randn(p.shape, generator=g))
+            if scheme == "attn-res" and "depth_attention" in name:
+                p.add_(0.5 * torch.randn(p.shape, generator=g))
             if scheme == "dlcl" and name.endswith("history_weight"):
                 used = p.ne(0)  # the entries a layer reads: 1/(l+1) after initialisation
                 p.copy_(torch.where(used, torch.rand(p.shape, generator=g) + 0.5, p))

@@ -15,6 +15,7 @@ from typing import Dict
 
 from ..errors import ConfigError
 from .admin import Admin
+from .attention_residuals import AttentionResiduals
 from .b2t import B2T
 from .base import ResidualScheme
 from .deepnet import DeepNet
@@ -53,6 +54,7 @@ SCHEMES: Dict[str, ResidualScheme] = {
         HyperConnections(),
         ManifoldHyperConnections(),
         SiameseNorm(),
+        AttentionResiduals(),
     )
 }
 

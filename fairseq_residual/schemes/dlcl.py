@@ -51,7 +51,8 @@ from .base import ResidualScheme, SchemeLayer, split_layer_output, stack_layers
 
 
 def mix(history: Sequence[Tensor], weight: Tensor) -> Tensor:
-    """sum_k weight[k] * history[k] over the entries present (weight may be longer)."""
+    """sum_k weight[k] * history[k] over the entries present (weight may be longer): weight[k] a scalar (DLCL's W)
+    or one per token, (time, batch, 1) (Attention Residuals' softmax over depth)."""
     if torch.is_grad_enabled():
         return HistoryMix.apply(weight[: len(history)], *history)
     return HistoryMix.forward(weight, *history)  # the same chain; dynamo traces it into the caller's graph
@@ -59,7 +60,8 @@ def mix(history: Sequence[Tensor], weight: Tensor) -> Tensor:
 
 class HistoryMix(torch.autograd.Function):
     """out = sum_k w[k] * h_k as a chain of multiply-adds (one kernel per entry), whose backward is the
-    two products the chain rule asks per entry: dL/dh_k = w[k] * g and dL/dw[k] = <g, h_k>.
+    two products the chain rule asks per entry: dL/dh_k = w[k] * g and dL/dw[k] = <g, h_k> (over everything for a
+    scalar w[k], one dot product; token by token for per-token weights, one batched product).
 
     Autograd's own backward of the same chain of ``addcmul`` runs five kernels per entry: it multiplies by
     addcmul's ``value`` (1) twice and takes each dot product as a product plus a sum; the weights indexed one
@@ -81,8 +83,13 @@ class HistoryMix(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad: Tensor):
         weight, *history = ctx.saved_tensors
-        flat = grad.reshape(-1)
-        grad_weight = torch.stack([torch.dot(flat, h.reshape(-1)) for h in history])
+        if weight.dim() == 1:
+            flat = grad.reshape(-1)
+            grad_weight = torch.stack([torch.dot(flat, h.reshape(-1)) for h in history])
+        else:  # (entries, time, batch, 1): <g, h_k> over the width, for every token: a batch of 1 x 1 products
+            width = grad.size(-1)
+            rows = grad.reshape(-1, 1, width)
+            grad_weight = torch.stack([torch.bmm(rows, h.reshape(-1, width, 1)).view_as(weight[0]) for h in history])
         return (grad_weight, *(grad * weight[k] for k in range(len(history))))
 
 

@@ -19,7 +19,7 @@ from typing import Callable, Dict, Iterator, List, Tuple
 from fairseq_residual.config import _SCHEME_FIELDS
 from fairseq_residual.schemes.manifold_hyper_connections import SINKHORN_ITERATIONS
 
-from .variants import Size, model_args
+from .variants import ATTN_RES_BLOCK, Size, model_args
 
 FLOAT_BYTES = 4
 #: ``--hc-streams``' default, which the bench's models use
@@ -429,6 +429,83 @@ def manifold_hyper_connections(c: StackCall) -> Work:
     return work.add("add", -s, 3 * r * d)
 
 
+def depth_sources(c: StackCall, block_layers: int) -> Tuple[List[int], List[Tuple[int, bool]], int]:
+    """Attention Residuals' sources in one stack call, followed as the scheme makes them: the number of sources of
+    every read (the sub-layers' in order, then the top's); per tensor that becomes a source (v_0 first), the reads
+    that take it and whether a block continues it (Block: b_n^i + v); the block sums' adds."""
+    reads: List[int] = []
+    taken: List[int] = [0]  # reads of each tensor
+    continued: List[bool] = [False]
+    closed: List[int] = [0]  # v_0 / b_0, then the other closed sources
+    opened: List[int] = []  # Block: the open block's running sum, if any
+    adds = 0
+
+    def read(sources: List[int]) -> None:
+        reads.append(len(sources))
+        for source in sources:
+            taken[source] += 1
+
+    per_layer = c.sublayers // c.layers
+    for layer in range(c.layers):
+        for _ in range(per_layer):
+            read(closed + opened)
+            new = len(taken)
+            taken.append(0)
+            continued.append(False)
+            if not block_layers:  # Full: every output a source of its own
+                closed.append(new)
+                continue
+            if opened:  # b_n^i = b_n^{i-1} + v
+                continued[opened[0]] = True
+                adds += 1
+            opened = [new]
+        if block_layers and (layer + 1) % block_layers == 0:
+            closed, opened = closed + opened, []
+    read(closed + opened)
+    return reads, list(zip(taken, continued)), adds
+
+
+def attention_residuals(c: StackCall, block_layers: int = 0) -> Work:
+    """Attention Residuals over Pre-LN (Full, or Block with blocks of ``block_layers`` layers), as ``depth_sources``
+    follows its reads of m sources and the tensors that become sources:
+
+    per source tensor, rho = rsqrt(mean(v^2) + eps) (pow, mean, add, rsqrt); per read, u = w * g, per source one mv
+    (u^T v over its rows) and a multiply by rho, the stack of the m logits, their softmax, the mix (a multiply, then
+    m - 1 addcmul); Block: the adds of the block sums; Pre-LN's residual sums removed. Backward: per read the
+    softmax's and the slice's backward (DLCL's ``mix`` slices the weights), per source the mix's two products (a bmm
+    of the per-token dot products and a multiply), a stack of the weights' gradients, mv's two (an outer product and
+    an mv), the two multiplies of the logit by rho, u's two products and the sum of its m gradients; per tensor
+    rho's backward (mean's division, the powers and multiplies of rsqrt and of the square) and the sums of its
+    gradients, one per use beyond the first (rho, each read's mv and mix, a block's continuation), and of rho's;
+    Pre-LN's gradient sums of its stream removed. Named: one copy of the embedding where its time-first view is not
+    contiguous, so that every read takes it as rows."""
+    r, d, n, s = c.rows, c.d, c.n, c.sublayers
+    reads, tensors, adds = depth_sources(c, block_layers)
+    work = Work().add("clone", int(c.strided), 2 * n).add("add", adds - s, 3 * n)
+    work.add("pow", len(tensors), 2 * n).add("mean", len(tensors), n + r)
+    work.add("add", len(tensors), 2 * r).add("rsqrt", len(tensors), 2 * r)
+    for m in reads:
+        work.add("mul", 1, 3 * d).add("mv", m, n + d + r).add("mul", m, 3 * r)
+        work.add("stack", 1, 2 * m * r).add("_softmax", 1, 2 * m * r)
+        work.add("mul", 1, 2 * n + r).add("addcmul", m - 1, 3 * n + r)
+    if not c.backward:
+        return work
+    for m in reads:
+        work.add("_softmax_backward_data", 1, 3 * m * r).add("slice_backward", 1, 2 * m * r)
+        work.add("bmm", m, 2 * n + r, 2 * n).add("mul", m, 2 * n + r).add("stack", 1, 2 * m * r)
+        work.add("mul", m, n + d + r).add("mv", m, n + r + d).add("mul", 2 * m, 3 * r)
+        work.add("mul", 2, 3 * d).add("add", m - 1, 3 * d)
+    for taken, continued in tensors:
+        work.add("div", 1, n + r).add("pow", 1, 2 * r).add("mul", 1, 2 * r).add("mul", 1, 3 * r)
+        work.add("pow", 1, 2 * n).add("mul", 1, 2 * n).add("mul", 1, 3 * n)
+        work.add("add", 2 * taken + continued, 3 * n).add("add", taken - 1, 3 * r)
+    return work.add("add", -s, 3 * n)
+
+
+def optimizer_attention_residuals(x: Shapes) -> Work:
+    return adam(Work(), 2 * (2 * x.N + 3 * x.M + 2), x.d)  # w and RMSNorm's gain of every sub-layer and both tops
+
+
 def optimizer_residual(x: Shapes) -> Work:
     return Work()
 
@@ -505,6 +582,8 @@ FORMULAS: Dict[str, Tuple[str, Callable[[StackCall], Work], Callable[[Shapes], W
     "hc": ("pre", hyper_connections, optimizer_hyper_connections),
     "mhc": ("pre", manifold_hyper_connections, optimizer_manifold_hyper_connections),
     "siamese": ("residual", siamese, optimizer_siamese),
+    "attn-res": ("pre", attention_residuals, optimizer_attention_residuals),
+    ATTN_RES_BLOCK: ("pre", lambda c: attention_residuals(c, block_layers=1), optimizer_attention_residuals),
     "pre": ("stock-pre", plugin, optimizer_residual),
     "post": ("stock-post", plugin, optimizer_residual),
 }

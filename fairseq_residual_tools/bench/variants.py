@@ -44,6 +44,10 @@ SIZES = {
 TINY = Size("tiny", "residual_transformer_iwslt_de_en", 2, 60, 4, 7, 6, 2, 5, width=(16, 32, 2))
 
 
+#: the variant of Block Attention Residuals
+ATTN_RES_BLOCK = "attn-res-block"
+
+
 @dataclass(frozen=True)
 class Variant:
     name: str
@@ -54,10 +58,14 @@ class Variant:
     normalize_before: bool = False
     #: hc and mhc only: --hc-streams (None: its default)
     streams: Optional[int] = None
+    #: attn-res only: Block Attention Residuals with blocks of this many layers (--attn-res-blocks: the depth over
+    #: it); None: Full
+    block_layers: Optional[int] = None
 
 
 def variants(schemes: Optional[Sequence[str]] = None) -> List[Variant]:
-    """Stock Post-LN and Pre-LN, then ``schemes`` (default: every registered one) in SCHEMES order."""
+    """Stock Post-LN and Pre-LN, then ``schemes`` (default: every registered one) in SCHEMES order, attn-res
+    followed by its Block variant (``ATTN_RES_BLOCK``)."""
     from fairseq_residual.schemes import SCHEMES
 
     stock = [
@@ -65,7 +73,13 @@ def variants(schemes: Optional[Sequence[str]] = None) -> List[Variant]:
         Variant("stock-pre", "fairseq transformer, Pre-LN (--encoder/decoder-normalize-before)", None, True),
     ]
     names = [n for n in SCHEMES if schemes is None or n in schemes]
-    return stock + [Variant(n, f"residual_transformer --residual-scheme {n}", n) for n in names]
+    chosen = []
+    for n in names:
+        chosen.append(Variant(n, f"residual_transformer --residual-scheme {n}", n))
+        if n == "attn-res":  # and its Block variant, one block per layer (a block count dividing every depth)
+            label = "residual_transformer --residual-scheme attn-res --attn-res-blocks (the depth: one block per layer)"
+            chosen.append(Variant(ATTN_RES_BLOCK, label, "attn-res", block_layers=1))
+    return stock + chosen
 
 
 def model_args(size: Size) -> Dict:
@@ -105,6 +119,8 @@ def build_variant(variant: Variant, size: Size, task, device: str = "cpu"):
         arch, options = "residual_transformer", dict(residual_scheme=variant.scheme)
         if variant.streams is not None:
             options["hc_streams"] = variant.streams
+        if variant.block_layers is not None:
+            options["attn_res_blocks"] = size.layers // variant.block_layers
     args = Namespace(**dict(model_args(size), arch=arch, **options))  # the variant's options override the preset's
     torch.manual_seed(0)
     return ARCH_MODEL_REGISTRY[arch].build_model(args, task).to(device)

@@ -182,6 +182,18 @@ def test_one_worker_gives_the_loss_and_the_update_of_the_unwrapped_model(scheme,
 
 
 @pytest.mark.parametrize("wrapping", list(WRAPPINGS))
+@pytest.mark.usefixtures("gloo_world_of_one", "cpu_streams")
+def test_one_worker_gives_the_loss_and_the_update_of_the_unwrapped_model_with_block_attention_residuals(wrapping):
+    # the registry-wide tests build attn-res at its default, Full; here two blocks of one layer each
+    task = TinyTask()
+    batch = random_batch(task)
+    plain, wrapped = build_pair(task, "attn-res", attn_res_blocks=2, **WRAPPINGS[wrapping])
+    expected_loss, got_loss = sgd_update(plain, batch), sgd_update(wrapped, batch)
+    torch.testing.assert_close(got_loss, expected_loss, rtol=1e-6, atol=0)
+    assert_same_state(float_state(wrapped), float_state(plain))
+
+
+@pytest.mark.parametrize("wrapping", list(WRAPPINGS))
 @pytest.mark.parametrize("scheme", list(SCHEMES))
 @pytest.mark.usefixtures("gloo_world_of_one", "cpu_streams")
 def test_one_worker_trains_every_parameter_with_adam(scheme, wrapping):

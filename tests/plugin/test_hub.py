@@ -102,11 +102,11 @@ def test_load_translator_names_a_folder_without_the_record(trained, tmp_path):
         load_translator(checkpoint, data_prep_out=tmp_path / "missing")
 
 
-def checkpoint_of_scheme(checkpoint, scheme, task, folder):
-    """``checkpoint`` with its model replaced by a freshly initialised one of ``scheme`` (Admin profiled
-    on a random batch, as its first training batch would), in fairseq's checkpoint format."""
+def checkpoint_of_scheme(checkpoint, scheme, task, folder, **options):
+    """``checkpoint`` with its model replaced by a freshly initialised one of ``scheme`` and the model ``options``
+    (Admin profiled on a random batch, as its first training batch would), in fairseq's checkpoint format."""
     state = torch.load(checkpoint, weights_only=False)
-    state["cfg"]["model"]["residual_scheme"] = scheme
+    state["cfg"]["model"].update(residual_scheme=scheme, **options)
     torch.manual_seed(0)
     model = ResidualTransformerModel.build_model(OmegaConf.create(state["cfg"]["model"]), task)
     src = torch.randint(task.source_dictionary.nspecial, len(task.source_dictionary), (4, 9))
@@ -130,6 +130,25 @@ def test_one_translator_shared_by_threads_gives_the_single_thread_translations(t
             together = list(pool.map(partial(translator.translate, beam=4, max_len_b=8), calls))
         assert together == alone, scheme
         assert len(set(map(str, alone))) > 1, scheme  # different inputs, different outputs
+
+
+def test_a_block_attention_residuals_checkpoint_loads_with_its_block_count_and_serves_threads(trained, tmp_path):
+    out, checkpoint, _ = trained
+    sentences = Path(out / "text" / "test.de").read_text().splitlines()[:8]
+    task = load_translator(checkpoint, data_prep_out=out).hub.task
+    path = checkpoint_of_scheme(checkpoint, "attn-res", task, tmp_path, attn_res_blocks=2)
+    translator = load_translator(path, data_prep_out=out)
+    model = translator.hub.models[0]
+    assert (
+        model.residual_scheme == "attn-res" and model.encoder.layer_norm.blocks == model.decoder.layer_norm.blocks == 2
+    )
+    saved = torch.load(path, weights_only=False)["model"]
+    assert all(torch.equal(value, saved[name]) for name, value in model.state_dict().items())
+    calls = [sentences[i % 8] if i % 3 else sentences[i % 8 : i % 8 + 3] for i in range(16)]  # one or a batch
+    alone = [translator.translate(text, beam=4, max_len_b=8) for text in calls]
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        assert list(pool.map(partial(translator.translate, beam=4, max_len_b=8), calls)) == alone
+    assert all(isinstance(text, str) and text for text in alone[1:3])
 
 
 def test_fairseq_from_pretrained_needs_the_plugin_imported_or_user_dir(trained):

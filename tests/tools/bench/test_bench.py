@@ -18,7 +18,7 @@ from fairseq_residual_tools import console
 from fairseq_residual_tools.bench import cli, isolation, measure, memory, report
 from fairseq_residual_tools.bench.measure import interleaved, pool_layouts, ratio_summary, speed_table
 from fairseq_residual_tools.bench.steps import SyntheticTask, TrainingStep, synthetic_batch
-from fairseq_residual_tools.bench.variants import TINY, Variant, build_variant, variants
+from fairseq_residual_tools.bench.variants import ATTN_RES_BLOCK, TINY, Variant, build_variant, variants
 
 #: what does not depend on the scheme (the device, a fresh process) is checked on these variants only
 SUBSET = dataclasses.replace(TINY, schemes=("residual", "hc"))
@@ -53,7 +53,9 @@ def test_tiny_benchmark_covers_stock_transformers_and_every_registered_scheme(ti
     saved = json.loads((out / "bench.json").read_text())
     assert saved["command"] == "pytest" and saved["versions"]["torch"] == torch.__version__
     (size,) = saved["sizes"]
-    expected = ["stock-post", "stock-pre", *SCHEMES]
+    # attn-res followed by its Block variant
+    schemes = [v for name in SCHEMES for v in ((name, ATTN_RES_BLOCK) if name == "attn-res" else (name,))]
+    expected = ["stock-post", "stock-pre", *schemes]
     assert list(size["variants"]) == expected
     for table in ("train", "generate", "memory"):
         assert list(size[table]) == expected

@@ -7,7 +7,7 @@ import pytest
 
 from fairseq_residual.schemes import SCHEMES, residual
 from fairseq_residual_tools.bench import counts, formulas
-from fairseq_residual_tools.bench.variants import TINY, variants
+from fairseq_residual_tools.bench.variants import TINY, Variant, variants
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -62,6 +62,36 @@ def test_mix_ln_with_a_post_ln_first_layer_minus_pre_ln_is_the_formula_exactly()
     assert train["measured"]["by_kind"]["clone"]["ops"] == 6 and generate["measured"]["by_kind"]["clone"]["ops"] == 3
     for row in (train, generate):
         assert row["minus"] == {"ops": 0, "flops": 0, "bytes": 0, "by_kind": {}}, (row["phase"], row["minus"])
+
+
+def test_attention_residuals_reads_follow_the_paper_full_and_in_blocks():
+    # an encoder of 4 layers (8 sub-layers): the number of sources of each read, the top's last
+    call = formulas.StackCall(7, 4, 16, 4, decoder=False, backward=True)
+    full, tensors, adds = formulas.depth_sources(call, block_layers=0)
+    assert full == list(range(1, 10)) and adds == 0 and len(tensors) == 9  # v_0 .. v_l; v_0 .. v_8
+    assert [taken for taken, _ in tensors] == list(range(9, 0, -1))  # v_i is read by the 9 - i reads after it
+    # blocks of two layers: a block's first sub-layer reads b_0 .. b_{n-1}, the others b_n^{i-1} too (Eq. 6)
+    blocks, tensors, adds = formulas.depth_sources(call, block_layers=2)
+    assert blocks == [1, 2, 2, 2, 2, 3, 3, 3, 3] and adds == 6 and len(tensors) == 9
+    assert [continued for _, continued in tensors] == [False, True, True, True, False, True, True, True, False]
+
+
+@pytest.mark.parametrize("block_layers", [2, 4])
+def test_block_attention_residuals_over_several_layers_minus_pre_ln_is_the_formula_exactly(block_layers):
+    # the registered Block variant has blocks of one layer; here blocks span two layers, or the whole stack
+    four = dataclasses.replace(TINY, name="four", layers=4)
+    ours = counts.step_counts(four, Variant("blocks", "", "attn-res", block_layers=block_layers))
+    pre = counts.step_counts(four, "pre")
+    shapes = formulas.Shapes.of(four)
+    for phase in ("train", "generate"):
+        work = formulas.Work()
+        for call, repeats in formulas.stack_calls(shapes, phase):
+            work += formulas.attention_residuals(call, block_layers).times(repeats)
+        if phase == "train":
+            work += formulas.optimizer_attention_residuals(shapes)
+        measured = formulas.difference(ours[phase], pre[phase])
+        assert measured["by_kind"]["add"]["ops"] != 0  # the block sums, the gradient sums
+        assert formulas.difference(measured, work.totals()) == {"ops": 0, "flops": 0, "bytes": 0, "by_kind": {}}
 
 
 def test_every_registered_scheme_has_a_formula():
