@@ -9,8 +9,8 @@ interval at a time until the run has plateaued (``plateau.Plateau``) or reached 
 it is scored as the paper's IWSLT table is (``repro.scoring.score_iwslt``: fairseq's tokenised BLEU and sacrebleu on
 detokenised text). "fails" is ``training_log.divergence``, the project's one rule, judged where the run stopped.
 
-A run is named by its settings, the data-bin's bytes and the model's fingerprint (``model_fingerprint``: the loss
-and gradient of the freshly initialised model on a fixed batch), so a change of code that changes what a scheme
+A run is named by its settings, the data-bin's bytes and the model's fingerprint (``fingerprint.py``: the loss and
+gradient of the freshly initialised model on a fixed batch), so a change of code that changes what a scheme
 computes trains it anew, and one that does not (a new scheme beside it) keeps its finished runs. A finished run's
 record lies in ``OUT/runs/`` (committed, so a new checkout reuses it); an interrupted one resumes from its
 ``checkpoint_last.pt`` in ``--work``.
@@ -37,6 +37,7 @@ from ..provenance import ROOT, describe, describe_git, git_state, provenance
 from ..runner import PLUGIN_DIR, RunError, fairseq_command
 from ..training_log import RULE as FAILS_RULE
 from ..training_log import outcome, read_log
+from .fingerprint import model_fingerprint
 from .plateau import Plateau
 from .study import RunSpec, failure_list, format_cell, print_validation, run_in_pool
 from .variants import check_variants, variant_flags
@@ -50,7 +51,6 @@ PAPER_IWSLT = {
     ("pre", False): ("32.28", "31.82"),
     ("residual", False): ("35.76", "35.57"),
 }
-FINGERPRINT_DIGITS = 6  # significant digits: the last bits of a float sum differ between CPUs, a code change does not
 
 
 def plan(args) -> List[RunSpec]:
@@ -99,34 +99,6 @@ def training_args(databin, save_dir, spec: RunSpec, args, max_update: int) -> Li
         *("--save-dir", save_dir, "--log-file", save_dir / "train.log", "--tensorboard-logdir", save_dir / "tb"),
     ]
     return [str(a) for a in arguments]
-
-
-def model_fingerprint(train_args: Sequence[str]) -> str:
-    """The freshly initialised model of ``train_args`` on a fixed batch: its mean log-probability, gradient norm and
-    parameter sum (``FINGERPRINT_DIGITS`` significant digits). It changes when the code changes what the model
-    computes or how it starts; it does not when code elsewhere changes."""
-    import logging
-
-    import torch
-    from fairseq import options, tasks
-    from fairseq.dataclass.utils import convert_namespace_to_omegaconf
-
-    cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), list(train_args)))
-    logging.getLogger("fairseq").setLevel(logging.WARNING)  # the task's dictionary lines, once per run
-    task = tasks.setup_task(cfg.task)
-    torch.manual_seed(cfg.common.seed)
-    model = task.build_model(cfg.model).eval()
-    batch = torch.Generator().manual_seed(0)
-    vocab = len(task.source_dictionary)
-    source = torch.randint(4, vocab, (2, 9), generator=batch)
-    previous = torch.randint(4, vocab, (2, 7), generator=batch)
-    logits = model(source, torch.tensor([9, 9]), previous)[0]
-    log_prob = torch.log_softmax(logits.double(), dim=-1).mean()
-    log_prob.backward()
-    params = [p for p in model.parameters() if p.requires_grad]
-    grad_norm = torch.sqrt(sum((p.grad.double() ** 2).sum() for p in params if p.grad is not None))
-    param_sum = sum(p.detach().double().abs().sum() for p in params)
-    return " ".join(f"{float(v):.{FINGERPRINT_DIGITS}g}" for v in (log_prob, grad_norm, param_sum))
 
 
 def run_key(spec: RunSpec, args, data_sha: str, fingerprint: str) -> str:

@@ -7,8 +7,8 @@ trains a small ``residual_transformer_lm`` on the Python manual's text (``datapr
 with every CPython) and ``fairseq-eval-lm`` gives its test perplexity; "fails" is ``training_log.divergence``,
 the rule of every other table. ``results/lm-cpu/`` gets the tables, the exact command and the environment.
 
-Exact reuse: a run's folder is named by the run and a digest of its whole training command (paths aside) and
-of the data-bin's bytes, so a finished run (``result.json``) is reused only for the very same training; a
+Exact reuse: a run's folder is named by the run and a digest of its whole training command (paths aside), of
+the data-bin's bytes and of what the model computes (``fingerprint.py``), so a finished run (``result.json``) is reused only for the very same training; a
 changed setting or text trains anew. An interrupted run resumes from its ``checkpoint_last.pt`` (fairseq's
 own restore). A re-run with nothing new trains nothing and says so.
 """
@@ -33,6 +33,7 @@ from ..markdown import table
 from ..provenance import ROOT, describe, describe_git, git_state, provenance
 from ..training_log import RULE as FAILS_RULE
 from ..training_log import outcome
+from .fingerprint import model_fingerprint
 from .study import SEED_STYLES, failure_list, format_cell, losses_at_section, print_validation, run_in_pool
 from .variants import check_variants, variant_flags, variant_name
 
@@ -84,15 +85,17 @@ def training_command(databin, save_dir, run: LMRun, settings) -> List[str]:
     )
 
 
-def run_key(run: LMRun, settings, data_sha: str) -> str:
-    """What makes a run this run: its fairseq-train arguments (the data and save folders aside) and the data."""
+def run_key(run: LMRun, settings, data_sha: str, fingerprint: str) -> str:
+    """What makes a run this run: its fairseq-train arguments (the data and save folders aside), the data and what
+    the model computes (``fingerprint.model_fingerprint``)."""
     args = training_command("DATA", "SAVE", run, settings)[3:]  # after python -m fairseq_cli.train
-    return hashlib.sha256(json.dumps([args, data_sha]).encode()).hexdigest()[:12]
+    return hashlib.sha256(json.dumps([args, data_sha, fingerprint]).encode()).hexdigest()[:12]
 
 
 def run_one(run: LMRun, data: Dict, settings, runs_dir: Path) -> Dict:
     """Train (unless this exact run finished before), judge by the rule, score the test split if it trained."""
-    save_dir = runs_dir / f"{run.name}-{run_key(run, settings, data['sha256_bin'])}"
+    key = run_key(run, settings, data["sha256_bin"], data["fingerprints"][run])
+    save_dir = runs_dir / f"{run.name}-{key}"
     result_file = save_dir / "result.json"
     if result_file.exists():
         return dict(json.loads(result_file.read_text()), reused=True)
@@ -329,6 +332,7 @@ def study(argv: List[str]) -> Optional[List[Dict]]:
     data = pydoc_text.prepare(work / "data", args.bpe_merges, args.paragraphs)
     data["sha256_bin"] = data_digest(Path(data["databin"]))
     runs = grid(args.schemes, args.depths, args.seeds)
+    data["fingerprints"] = {r: model_fingerprint(training_command(data["databin"], work, r, args)[3:]) for r in runs}
     print(f"{len(runs)} runs: {', '.join(args.schemes)} x {args.depths} layers x seeds {args.seeds}", flush=True)
     results = run_all(runs, data, args, work / "runs", started)
     if results and all(r["reused"] for r in results) and len(results) == len(runs):
@@ -336,7 +340,7 @@ def study(argv: List[str]) -> Optional[List[Dict]]:
     meta = dict(
         command=" ".join(["python -m fairseq_residual_tools.analysis.lm_study", *argv]),
         settings={k: v for k, v in vars(args).items() if k not in ("work", "out")},
-        data={k: v for k, v in data.items() if k != "databin"},
+        data={k: v for k, v in data.items() if k not in ("databin", "fingerprints")},
         provenance=provenance(),
         wall_seconds=round(time.time() - started, 1),
     )

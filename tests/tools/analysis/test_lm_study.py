@@ -157,8 +157,9 @@ def test_the_zoom_adds_a_panel_of_the_late_validation_points_on_its_own_scale(tm
 
 def test_a_run_records_the_tree_its_training_started_from_not_the_one_it_ended_on(tmp_path, monkeypatch):
     now = commit_during_training(monkeypatch, lm_study)
-    data = {"databin": str(tmp_path / "bin"), "sha256_bin": "0" * 64}
-    result = lm_study.run_one(lm_study.LMRun("pre", 2, 1), data, lm_study.parse_args([]), tmp_path / "runs")
+    run = lm_study.LMRun("pre", 2, 1)
+    data = {"databin": str(tmp_path / "bin"), "sha256_bin": "0" * 64, "fingerprints": {run: "fp"}}
+    result = lm_study.run_one(run, data, lm_study.parse_args([]), tmp_path / "runs")
     assert now["tree"]["commit"] == "b" * 40 and result["git"] == "aaaaaaa"
     saved = json.loads(next((tmp_path / "runs").glob("*/result.json")).read_text())
     assert saved["git"] == "aaaaaaa"
@@ -170,12 +171,13 @@ def test_every_registered_scheme_is_in_the_default_grid():
     assert len({r.name for r in runs}) == len(runs)
 
 
-def test_a_runs_key_changes_with_its_command_and_its_data_only():
+def test_a_runs_key_changes_with_its_command_its_data_and_its_models_fingerprint_only():
     settings = lm_study.parse_args([])
     run = lm_study.LMRun("residual", 6, 1)
-    key = lm_study.run_key(run, settings, "a" * 64)
-    assert key == lm_study.run_key(run, lm_study.parse_args(["--jobs", "1", "--work", "/elsewhere"]), "a" * 64)
-    assert key != lm_study.run_key(run, lm_study.parse_args(["--lr", "1e-3"]), "a" * 64)
-    assert key != lm_study.run_key(run, settings, "b" * 64)
-    assert key != lm_study.run_key(lm_study.LMRun("residual", 6, 2), settings, "a" * 64)
+    key = lm_study.run_key(run, settings, "a" * 64, "fp")
+    assert key == lm_study.run_key(run, lm_study.parse_args(["--jobs", "1", "--work", "/elsewhere"]), "a" * 64, "fp")
+    assert key != lm_study.run_key(run, lm_study.parse_args(["--lr", "1e-3"]), "a" * 64, "fp")
+    assert key != lm_study.run_key(run, settings, "b" * 64, "fp")
+    assert key != lm_study.run_key(lm_study.LMRun("residual", 6, 2), settings, "a" * 64, "fp")
+    assert key != lm_study.run_key(run, settings, "a" * 64, "other code")
     assert math.isfinite(len(key)) and len(key) == 12

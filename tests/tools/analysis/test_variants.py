@@ -69,7 +69,7 @@ def test_the_lm_study_trains_a_scaled_residual_with_the_flag_only_and_keys_it_ap
     commands = [lm_study.training_command("DATA", "SAVE", run, settings) for run in (plain, scaled)]
     at = commands[1].index("--residual-output-scale")
     assert commands[1][at + 1] == "0.5" and commands[1][:at] + commands[1][at + 2 :] == commands[0]
-    assert lm_study.run_key(plain, settings, "a" * 64) != lm_study.run_key(scaled, settings, "a" * 64)
+    assert lm_study.run_key(plain, settings, "a" * 64, "fp") != lm_study.run_key(scaled, settings, "a" * 64, "fp")
     assert scaled.name == "residual-scale0.5-l6-seed1"
 
 
