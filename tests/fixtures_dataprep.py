@@ -294,3 +294,123 @@ def write_monolingual(root: Path, sizes=(("train", 300), ("valid", 20), ("test",
         paths[split] = root / f"{split}.txt"
         paths[split].write_text("".join(r + "\n" for r in rows), encoding="utf-8")
     return paths
+
+
+# --- the SWORD Bible modules, as diatheke prints them (data-prep/prepare-bible.sh) ---
+
+ES = "el la los y es no un una casa mundo tiempo vida agua ciudad hijo pregunta pueblo obra de en".split()
+WORDS["es"] = ES
+BIBLE_MODULES = {"es": "spaRV1909eb", "en": "engWEB2015eb"}
+#: (book, chapters, verses per chapter) of the fixture's canon, in canonical order
+BIBLE_BOOKS = (("Genesis", 8, 12), ("Job", 3, 10), ("Psalms", 4, 6), ("Matthew", 8, 12), ("III John", 1, 14))
+#: the chapters the recipe must drop, with the start of the reason it must give
+BIBLE_DROPPED = {
+    "Job 1": "verse(s) [10] empty on one side",  # its last verse numbered as Job 2:1 in Spanish (as RV1909's Job 38/39)
+    "Job 2": "verse lengths match better shifted by",
+    "Matthew 3": "verse(s) [5] share one text with the next on one side (linked verses)",
+    "III John 1": "verses [14] on one side only",
+}
+
+
+def _markup(text: str, lang: str) -> str:
+    """``text`` in the modules' markup: words in ``<w>`` with Strong's numbers, the English module writing some
+    words with no space between their elements (``God</w><w>created``), the Spanish one supplied words in
+    ``<transChange>``."""
+    words = text.split(" ")
+    out = []
+    for i, word in enumerate(words):
+        if lang == "es" and i == 2:
+            out.append(f'<transChange type="added">{word}</transChange>')
+        else:
+            out.append(f'<w savlm="strong:H{1000 + i:04d}">{word}</w>')
+    joined = " ".join(out[:2]) + ("" if lang == "en" else " ") + " ".join(out[2:]) if len(out) > 2 else " ".join(out)
+    return joined
+
+
+def _verse_words(lang: str, ident: int, n_words: int, rng) -> str:
+    """A verse of ``n_words`` words carrying its id, the same id and word count on both sides."""
+    words = [rng.choice(WORDS[lang]) for _ in range(n_words)]
+    return " ".join([words[0], f"v{ident}", *words[1:]]) + "."
+
+
+def build_bible(root: Path, seed=7):
+    """``root/<module>.txt``, what ``diatheke -b <module> -k <canon>`` prints for the Spanish and the English module,
+    with what the real ones hold: pre-verse material before a key (a psalm's heading, repeated stale on later lines),
+    a heading and a footnote inside a verse, psalm headings inside the Spanish verse 1, back matter after the last
+    verse, a book outside the canon, the module-name trailer, and the planted misalignments of ``BIBLE_DROPPED``.
+    Returns the verse pairs that must survive, ``{(book, chapter, verse): id}``."""
+    import random
+
+    rng = random.Random(seed)
+    lines = {"es": [], "en": []}
+    kept = {}
+    ident, moved = 0, ""
+    for book, chapters, verses in BIBLE_BOOKS:
+        for chapter in range(1, chapters + 1):
+            texts = {"es": {}, "en": {}}
+            for verse in range(1, verses + 1):
+                ident += 1
+                n = rng.randint(3, 25)
+                for lang in ("es", "en"):
+                    state = random.Random(ident * 2 + (lang == "en"))
+                    texts[lang][verse] = _verse_words(lang, ident, n, state)
+                kept[(book, chapter, verse)] = ident
+            name = f"{book} {chapter}"
+            if name == "Job 1":  # Spanish: the last verse moves to Job 2:1, its place left empty
+                moved, texts["es"][verses] = texts["es"][verses], ""
+            if name == "Job 2":
+                texts["es"] = {1: moved, **{v + 1: t for v, t in texts["es"].items() if v < verses}}
+            if name == "Matthew 3":  # English: verses 5 and 6 linked, one text for both
+                texts["en"][6] = texts["en"][5]
+            if name == "III John 1":  # English numbers the last verse 15 where Spanish has 14 verses
+                texts["es"].pop(verses)
+            for lang in ("es", "en"):
+                for verse, text in sorted(texts[lang].items()):
+                    markup = _markup(text, lang) if text else ""
+                    if book == "Psalms" and verse == 1:
+                        heading = "Salmo de David." if lang == "es" else "A Psalm by David."
+                        if lang == "es":
+                            markup = f"{heading} OH {markup}"  # the heading inside verse 1, "OH" the first word
+                        pre = f'<title canonical="true" type="psalm">{heading}</title> <lg sID="g1"/>'
+                    elif book == "Psalms":
+                        pre = '<title canonical="true" type="psalm">A Psalm by David.</title> <lg sID="g1"/>'  # stale
+                    else:
+                        pre = '<div sID="p1" type="x-p"/>' if verse == 1 else ""
+                    if (book, chapter, verse) == ("Genesis", 2, 3):
+                        markup += ' <title type="section">The Garden</title> <note n="a">a footnote</note> &amp; more'
+                    lines[lang].append(f"{pre}{book} {chapter}:{verse}: {markup}")
+            for dropped in BIBLE_DROPPED:
+                if name == dropped:
+                    for verse in range(1, verses + 1):
+                        kept.pop((book, chapter, verse), None)
+    end_of_matthew = next(i for i, line in enumerate(lines["en"]) if line.startswith("Matthew 8:12: "))
+    lines["en"][end_of_matthew] += ' <div eID="b1" type="book"/> <div sID="g2" type="glossary"/> Abba is a word.'
+    lines["en"].append("Tobit 1:1: <w>Deuterocanon</w>, outside the canon.")
+    for lang, module in BIBLE_MODULES.items():
+        (root / f"{module}.txt").parent.mkdir(parents=True, exist_ok=True)
+        (root / f"{module}.txt").write_text("\n".join(lines[lang] + [f"({module})"]) + "\n", encoding="utf-8")
+    return kept
+
+
+def fake_diatheke(path: Path, modules: Path, listed=("spaRV1909eb", "engWEB2015eb")) -> Path:
+    """An executable ``diatheke`` at ``path`` answering ``-b system -k modulelist`` with ``listed`` and
+    ``-b MODULE -k ...`` with ``modules/MODULE.txt``, as the real one prints them."""
+    import sys
+
+    path.write_text(
+        f"""#!{sys.executable}
+import sys
+args = sys.argv[1:]
+module = args[args.index("-b") + 1]
+if module == "system":
+    print("Biblical Texts:")
+    for name in {list(listed)!r}:
+        print(name + " : a Bible")
+    print("Commentaries:")
+else:
+    sys.stdout.write(open({str(modules)!r} + "/" + module + ".txt", encoding="utf-8").read())
+""",
+        encoding="utf-8",
+    )
+    path.chmod(0o755)
+    return path

@@ -25,7 +25,7 @@ import time
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional
 
 from ..average_checkpoints import numbered_checkpoints, write_average
 from ..commands import run_training

@@ -8,9 +8,9 @@ with every CPython) and ``fairseq-eval-lm`` gives its test perplexity; "fails" i
 the rule of every other table. ``results/lm-cpu/`` gets the tables, the exact command and the environment.
 
 Exact reuse: a run's folder is named by the run and a digest of its whole training command (paths aside), of
-the data-bin's bytes and of what the model computes (``fingerprint.py``), so a finished run (``result.json``) is reused only for the very same training; a
-changed setting or text trains anew. An interrupted run resumes from its ``checkpoint_last.pt`` (fairseq's
-own restore). A re-run with nothing new trains nothing and says so.
+the data-bin's bytes and of what the model computes (``fingerprint.py``), so a finished run (``result.json``) is
+reused only for the very same training; a changed setting, text or scheme code trains anew. An interrupted run
+resumes from its ``checkpoint_last.pt`` (fairseq's own restore). A re-run with nothing new trains nothing and says so.
 """
 
 import argparse

@@ -1,0 +1,188 @@
+"""The translation study trained to the plateau (``analysis.bible_study``): its plan, what names a run, training one
+validation interval at a time until the plateau, the cap or a divergence, resuming, reusing finished records, and
+the report. fairseq-train is replaced by a stand-in that writes fairseq's JSON log lines."""
+
+import json
+
+import pytest
+
+from fairseq_residual_tools.analysis import bible_study
+from fairseq_residual_tools.analysis.study import RunSpec
+from fairseq_residual_tools.errors import ConfigError
+from fairseq_residual_tools.provenance import provenance
+from fairseq_residual_tools.runner import RunError
+
+
+def test_the_plan_trains_e6d6_with_warmup_for_every_seed_first_and_the_deep_no_warmup_cells_last():
+    specs = bible_study.plan(bible_study.parse_args([]))
+    names = [s.name for s in specs]
+    assert len(specs) == 24 and len(set(names)) == 24
+    assert [s.layers for s in specs[:10]] == [6] * 10 and all(s.warmup for s in specs[:10])
+    assert {s.seed for s in specs[:10]} == {1, 2}
+    assert [s.name for s in specs[10:13]] == [f"{x}-e6d6-nowarmup-seed1" for x in ("post", "pre", "residual")]
+    assert all(s.layers == 12 and s.seed == 1 for s in specs[13:21])  # one seed at E12D12 (--seeds-at 12=1)
+    assert [s.warmup for s in specs[13:21]] == [True] * 5 + [False] * 3
+    assert [s.name for s in specs[21:]] == [f"{x}-e6d6-nowarmup-seed2" for x in ("post", "pre", "residual")]
+    one = bible_study.plan(bible_study.parse_args(["--schemes", "residual", "--depths", "6", "--seeds", "1"]))
+    assert [s.name for s in one] == ["residual-e6d6-warmup-seed1", "residual-e6d6-nowarmup-seed1"]
+
+
+def test_a_runs_key_changes_with_what_it_computes_and_where_it_stops_only():
+    spec, args = RunSpec("residual", 6, True, 1), bible_study.parse_args([])
+    key = bible_study.run_key(spec, args, "d" * 64, "fp")
+    same = bible_study.parse_args(["--jobs", "1", "--work", "/x", "--out", "/y", "--zoom-from", "5"])
+    assert bible_study.run_key(spec, same, "d" * 64, "fp") == key
+    for other in (["--lr", "1e-3"], ["--max-update-cap", "9000"], ["--plateau-fraction", "0.02"], ["--average", "3"]):
+        assert bible_study.run_key(spec, bible_study.parse_args(other), "d" * 64, "fp") != key
+    assert bible_study.run_key(spec, args, "e" * 64, "fp") != key
+    assert bible_study.run_key(spec, args, "d" * 64, "other code") != key
+    assert bible_study.run_key(RunSpec("residual", 6, False, 1), args, "d" * 64, "fp") != key
+
+
+def test_without_warmup_inverse_sqrt_starts_at_the_peak():
+    args = bible_study.parse_args([])
+    with_warmup = bible_study.training_args("D", "S", RunSpec("pre", 6, True, 1), args, 250)
+    without = bible_study.training_args("D", "S", RunSpec("pre", 6, False, 1), args, 250)
+    at = with_warmup.index("--warmup-init-lr")
+    assert with_warmup[at + 1] == "1e-07" and without[at + 1] == str(args.lr)
+    assert [a for i, a in enumerate(with_warmup) if i != at + 1] == [a for i, a in enumerate(without) if i != at + 1]
+
+
+class FakeTrainer:
+    """fairseq-train: from the last update its log validated to the command's --max-update, a training line every 50
+    updates and a validation every 250, the losses ``valid(update)``; ``kill_at``: stop there with a RunError."""
+
+    def __init__(self, valid, kill_at=None, nan_at=None):
+        self.valid, self.kill_at, self.nan_at, self.targets = valid, kill_at, nan_at, []
+
+    def __call__(self, cmd, out_file, label, on_line=None):
+        target = int(cmd[cmd.index("--max-update") + 1])
+        self.targets.append(target)
+        done = 0
+        out_file.parent.mkdir(parents=True, exist_ok=True)
+        if out_file.exists():
+            done = max(
+                [
+                    0,
+                    *(
+                        json.loads(x[x.index("{") :])["valid_num_updates"]
+                        for x in out_file.read_text().splitlines()
+                        if "valid_loss" in x
+                    ),
+                ]
+            )
+        with open(out_file, "a") as log:
+            log.write(f"$ {' '.join(cmd)}\n")
+            for update in range(done + 50, target + 1, 50):
+                stamp = f"2026-12-04 08:{update // 1000:02d}:{update % 60:02d} | INFO | train_inner | "
+                if self.nan_at is not None and update >= self.nan_at:
+                    log.write("FloatingPointError: Minimum loss scale reached\n")
+                    return
+                log.write(
+                    stamp
+                    + json.dumps(
+                        {
+                            "epoch": 1,
+                            "update": 0.1,
+                            "loss": self.valid(-(-update // 250) * 250) + 0.5,
+                            "num_updates": update,
+                        }
+                    )
+                    + "\n"
+                )
+                if update == self.kill_at:
+                    self.kill_at = None
+                    raise RunError(label, -9, "killed", out_file, "SIGKILL")
+                if update % 250 == 0:
+                    log.write(
+                        stamp + json.dumps({"valid_loss": self.valid(update), "valid_num_updates": update}) + "\n"
+                    )
+
+
+#: a validation curve whose best, 4.24 at 2000, is less than 1 % below the best of the first three quarters at 2500
+PLATEAU_AT_2500 = {250: 8, 500: 6, 750: 5, 1000: 4.6, 1250: 4.4, 1500: 4.3, 1750: 4.25, 2000: 4.24, 2250: 4.26}
+
+
+def plateau_curve(update):
+    return PLATEAU_AT_2500.get(update, 4.3)
+
+
+def study_args(tmp_path, *more):
+    return bible_study.parse_args(
+        ["--work", str(tmp_path / "w"), "--out", str(tmp_path / "o"), "--plateau-min-updates", "1000", *more]
+    )
+
+
+def test_it_trains_an_interval_at_a_time_until_the_first_validation_where_the_run_has_plateaued(tmp_path, monkeypatch):
+    trainer = FakeTrainer(plateau_curve)
+    monkeypatch.setattr(bible_study, "run_training", trainer)
+    stop = bible_study.train_to_end(RunSpec("pre", 6, True, 1), "D", tmp_path, study_args(tmp_path), "pre")
+    assert stop == {"stop": "plateau", "end_update": 2500}
+    assert trainer.targets == list(range(250, 2501, 250))
+
+
+def test_a_killed_run_resumes_from_its_last_validation_and_ends_where_an_unbroken_one_does(tmp_path, monkeypatch):
+    trainer = FakeTrainer(plateau_curve, kill_at=650)
+    monkeypatch.setattr(bible_study, "run_training", trainer)
+    args, spec = study_args(tmp_path), RunSpec("pre", 6, True, 1)
+    with pytest.raises(RunError):
+        bible_study.train_to_end(spec, "D", tmp_path, args, "pre")
+    assert bible_study.train_to_end(spec, "D", tmp_path, args, "pre") == {"stop": "plateau", "end_update": 2500}
+    assert trainer.targets == [250, 500, 750, 750, *range(1000, 2501, 250)]
+
+
+def test_a_run_that_never_plateaus_stops_at_the_cap_and_a_nan_at_once(tmp_path, monkeypatch):
+    monkeypatch.setattr(bible_study, "run_training", FakeTrainer(lambda u: 10 - u / 1000))
+    stop = bible_study.train_to_end(
+        RunSpec("pre", 6, True, 1), "D", tmp_path / "a", study_args(tmp_path, "--max-update-cap", "1500"), "a"
+    )
+    assert stop == {"stop": "reached --max-update-cap 1500 before the plateau", "end_update": 1500}
+    nan = FakeTrainer(lambda u: 10 - u / 1000, nan_at=600)
+    monkeypatch.setattr(bible_study, "run_training", nan)
+    stop = bible_study.train_to_end(RunSpec("post", 6, True, 1), "D", tmp_path / "b", study_args(tmp_path), "b")
+    assert stop["stop"].startswith("diverged: loss became NaN") and nan.targets == [250, 500, 750]
+
+
+def test_a_finished_run_is_recorded_under_its_key_and_reused_without_training(tmp_path, monkeypatch):
+    trainer = FakeTrainer(plateau_curve)
+    monkeypatch.setattr(bible_study, "run_training", trainer)
+    monkeypatch.setattr(
+        bible_study, "average_and_score", lambda *a: {"bleu": 12.5, "sacrebleu": 11.0, "sacrebleu_signature": "sig"}
+    )
+    args, spec = study_args(tmp_path), RunSpec("residual", 6, True, 1)
+    data = {"databin": "D", "sha256": "d" * 64, "fingerprints": {spec: "fp"}}
+    first = bible_study.run_one(spec, data, args, tmp_path / "records", tmp_path / "runs")
+    key = bible_study.run_key(spec, args, "d" * 64, "fp")
+    assert first["fails"] is None, first["fails"]
+    assert not first["reused"] and first["bleu"] == 12.5 and first["end_update"] == 2500 and first["fails"] is None
+    assert json.loads((tmp_path / "records" / f"{spec.name}-{key}.json").read_text())["key"] == key
+    calls = len(trainer.targets)
+    again = bible_study.run_one(spec, data, args, tmp_path / "records", tmp_path / "runs")
+    assert again["reused"] and len(trainer.targets) == calls and again["bleu"] == 12.5
+    other = {**data, "fingerprints": {spec: "changed code"}}
+    assert not bible_study.run_one(spec, other, args, tmp_path / "records", tmp_path / "runs2")["reused"]
+
+    results = [dict(first, scheme="residual")]
+    meta = {
+        "command": "cmd",
+        "settings": {k: v for k, v in vars(args).items() if k not in ("work", "out")},
+        "data": {
+            "pairs": {"train": 100, "valid": 10, "test": 10},
+            "verses": {"chapters_dropped": 3},
+            "modules": {"es": {"module": "m", "version": "1"}},
+        },
+        "provenance": provenance(),
+    }
+    bible_study.write_report(results, meta, tmp_path / "report")
+    readme = (tmp_path / "report" / "README.md").read_text()
+    assert "**the paper's, not\nmeasured here**" in readme and "| residual | yes      | 12.50" in readme
+    assert (tmp_path / "report" / "valid_loss.png").stat().st_size > 0 and (
+        tmp_path / "report" / "valid_loss_zoom.png"
+    ).exists()
+
+
+def test_options_that_cannot_make_a_study_stop_in_one_line():
+    with pytest.raises(ConfigError, match="multiple of --validate-every"):
+        bible_study.parse_args(["--plateau-min-updates", "1100"])
+    with pytest.raises(ConfigError, match="--nowarmup-schemes hc: not in --schemes"):
+        bible_study.main(["--schemes", "pre", "--nowarmup-schemes", "hc"])
