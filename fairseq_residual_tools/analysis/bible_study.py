@@ -94,6 +94,12 @@ def training_args(databin, save_dir, spec: RunSpec, args, max_update: int) -> Li
         *("--criterion", "label_smoothed_cross_entropy", "--label-smoothing", 0.1),
         *("--max-tokens", args.max_tokens, "--max-update", max_update, "--seed", spec.seed),
         *("--validate-interval-updates", args.validate_every, "--save-interval-updates", args.validate_every),
+        *(
+            "--validate-interval",
+            10**6,
+            "--save-interval",
+            10**6,
+        ),  # none at epoch ends: the curve's points are evenly spaced
         *("--keep-interval-updates", args.average, "--no-epoch-checkpoints"),
         *("--cpu", "--num-workers", 0, "--log-format", "json", "--log-interval", 50),
         *("--save-dir", save_dir, "--log-file", save_dir / "train.log", "--tensorboard-logdir", save_dir / "tb"),
