@@ -277,11 +277,13 @@ def parse_args(argv: Sequence[str]):
         help="leave out ResiDual with --residual-output-scale 0.5 in the claims (four trainings beside the default's)",
     )
     parser.add_argument(
-        "--with-hc",
-        action="store_true",
-        help="add Hyper-Connections (hc) to the claims and the benchmark (opt-in: the claims' trainings then get about"
-        " 236 updates each instead of 428)",
+        "--with",
+        dest="with_schemes",
+        default="",
+        help=f"add these designs after ResiDual to the claims and the benchmark, comma-separated, from {list(plan.OPT_IN)}"
+        " (opt-in: each takes its time from the claims' trainings; with hc they get about 236 updates instead of 428)",
     )
+    parser.add_argument("--with-hc", action="store_true", help="the same as --with hc")
     parser.add_argument("--with-compiled", action="store_true", help="add the torch.compile run (opt-in: ~3 min)")
     parser.add_argument("--dry-run", action="store_true", help="print every run with its estimate; run nothing")
     parser.add_argument("--cpu-tiny", action="store_true", help="run every part on the CPU at tiny sizes")
@@ -305,6 +307,10 @@ def parse_args(argv: Sequence[str]):
     args.argv = list(argv)
     args.schemes = [s for s in args.schemes.split(",") if s]
     args.precisions = [p for p in args.precisions.split(",") if p]
+    args.with_schemes = [s for s in args.with_schemes.split(",") if s] + (["hc"] if args.with_hc else [])
+    args.with_schemes = list(dict.fromkeys(args.with_schemes))
+    if any(s not in plan.OPT_IN for s in args.with_schemes):
+        parser.error(f"--with {','.join(args.with_schemes)}: choose from {','.join(plan.OPT_IN)}")
     unknown = [s for s in args.schemes if s not in REGISTERED] + [
         p for p in args.precisions if p not in plan.PRECISIONS
     ]

@@ -5,10 +5,10 @@
    ``torchrun`` (a launch through scripts/train.sh with the visible GPUs) runs beside them.
 2. ``claims``: the paper's depth and warmup claims on the embedded corpus: Post-LN, Pre-LN and ResiDual at IWSLT
    E6D6 and E12D12 (d256), with and without warmup, ResiDual with ``--residual-output-scale 0.5`` beside the
-   default (``--skip-output-scale`` leaves it out) and, with ``--with-hc``, Hyper-Connections, all sixteen (twenty)
-   at once for the time the budget leaves them, then each scored with BLEU (beam 5) on the held-out test set.
-3. ``bench``: the benchmark on the GPU (stock Post-LN, stock Pre-LN, ResiDual, Hyper-Connections with
-   ``--with-hc``; IWSLT E6D6, WMT E18D18).
+   default (``--skip-output-scale`` leaves it out) and, with ``--with hc,siamese,attn-res`` (``--with-hc``: hc), the
+   designs after ResiDual, all sixteen (four more each) at once for the time the budget leaves them, then each scored with BLEU (beam 5) on the held-out test set.
+3. ``bench``: the benchmark on the GPU (stock Post-LN, stock Pre-LN, ResiDual, and the schemes of ``--with``;
+   IWSLT E6D6, WMT E18D18).
 4. ``compiled`` (opt-in: ``--with-compiled``): ResiDual E18D18 under torch.compile beside eager.
 
 Every run has an estimated time (estimate.py); the default parts fit ``BUDGET_S``. ``--cpu-tiny`` runs the same
@@ -39,9 +39,10 @@ PRECISIONS: Dict[str, List[str]] = {
     "amp": ["--amp"],
 }
 SCHEMES = ("post", "pre", "residual")
-#: Hyper-Connections (issue 33) in the claims and the benchmark beside the schemes with ``--with-hc``: opt-in, as its
-#: four trainings and bench variant leave every claims training about 236 updates of the 428 it plans without them
-HC = "hc"
+#: the designs after ResiDual that ``--with`` adds to the claims and the benchmark: opt-in, as each one's four
+#: trainings and bench variant take their time from the others (with hc, every claims training gets about 236
+#: updates of the 428 it plans without it)
+OPT_IN = ("hc", "siamese", "attn-res")
 #: the claims' variant of ResiDual with its output scaled at init (docs/schemes.md): its label and its options
 SCALED_RESIDUAL: Tuple[str, str, Tuple[str, ...]] = ("residual-c0.5", "residual", ("--residual-output-scale", "0.5"))
 REFERENCE = "pre"
@@ -186,19 +187,17 @@ Variant = Tuple[str, str, Tuple[str, ...]]
 
 def claims_variants(args) -> List[Variant]:
     """(label, scheme, model options) of every scheme the claims train: the chosen schemes, then ResiDual with its
-    output scaled at init when ResiDual is one of them (unless ``--skip-output-scale``), then Hyper-Connections
-    (with ``--with-hc``)."""
+    output scaled at init when ResiDual is one of them (unless ``--skip-output-scale``), then the schemes of ``--with``."""
     variants: List[Variant] = [(scheme, scheme, ()) for scheme in args.schemes]
     if "residual" in args.schemes and not args.skip_output_scale:
         variants.append(SCALED_RESIDUAL)
-    if HC not in args.schemes and args.with_hc:
-        variants.append((HC, HC, ()))
+    variants += [(scheme, scheme, ()) for scheme in args.with_schemes if scheme not in args.schemes]
     return variants
 
 
 def bench_schemes(args) -> Tuple[str, ...]:
-    """The benchmark's schemes beside stock Post-LN and Pre-LN: ResiDual, and Hyper-Connections with ``--with-hc``."""
-    return ("residual", HC) if args.with_hc else ("residual",)
+    """The benchmark's schemes beside stock Post-LN and Pre-LN: ResiDual, and the schemes of ``--with``."""
+    return ("residual", *args.with_schemes)
 
 
 def torchrun_command(databin, work: Path, gpus: int, scale: Scale) -> List[str]:
@@ -272,11 +271,11 @@ def workloads(scale: Scale = GPU) -> List[Workload]:
     found += [
         _corpus_workload("residual_transformer_iwslt_de_en", layers, s)
         for layers in scale.claims_depths
-        for s in (*SCHEMES, HC)
+        for s in (*SCHEMES, *OPT_IN)
     ]
     for name in scale.bench_sizes.split(","):
         size = SIZES[name]
-        found += [_bench_workload(size, s) for s in ("post", "pre", "residual", HC)]
+        found += [_bench_workload(size, s) for s in ("post", "pre", "residual", *OPT_IN)]
     return list(dict.fromkeys(found))
 
 

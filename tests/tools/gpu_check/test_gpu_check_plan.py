@@ -131,3 +131,19 @@ def test_bad_arguments_are_refused(argv, message, capsys):
     with pytest.raises(SystemExit) as exit_info:
         parse_args(argv)
     assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_siamese_and_attention_residuals_are_opt_in_as_hc_is_and_join_the_claims_and_the_bench(estimator, tmp_path):
+    default = parts_of(["--out", str(tmp_path)], estimator)
+    both = parts_of(["--with", "siamese,attn-res", "--out", str(tmp_path)], estimator)
+    labels = {r.label for r in both["claims"].runs}
+    assert len(both["claims"].runs) == 16 + 8 and len(both["claims"].then) == 24
+    assert {
+        f"{s} e{d}d{d} {w}" for s in ("siamese", "attn-res") for d in (6, 12) for w in ("warmup", "no-warmup")
+    } <= labels
+    assert not any(r.label.split()[0] in plan.OPT_IN for r in default["claims"].runs)
+    assert options(both["bench"].runs[0]).endswith(f"--schemes residual,siamese,attn-res --out {tmp_path / 'bench'}")
+    assert plan.default_seconds(list(both.values())) == pytest.approx(plan.BUDGET_S)
+    assert parse_args(["--with-hc", "--with", "hc,siamese"]).with_schemes == ["hc", "siamese"]
+    with pytest.raises(SystemExit):
+        parse_args(["--with", "keel"])
