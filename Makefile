@@ -5,6 +5,8 @@
 # make demo    -- same environment, then train Post-LN / Pre-LN / ResiDual on the embedded corpus (report: work/demo/)
 # make demo-results -- the same, written into the committed results/demo/ and the README's table (after a plugin change)
 # make lm-cpu-results -- every scheme as a small language model on the Python manual's text -> results/lm-cpu/
+# make bible-study-results -- the schemes trained to their plateau on the Spanish-English Bible -> results/bible-study/
+#                 (hours; resumable; needs the Debian packages diatheke sword-text-sparv sword-text-web, or installs them)
 # make bench   -- same environment, then the side-by-side speed / memory benchmark, the counted work and HC's memory
 # make gpu-bundle -- wheels for an offline GPU node (CPython 3.12, torch 2.11) -> gpu-bundle/ (docs/install.md);
 #                 needs a Python 3.12 and PyPI, builds in work/gpu-bundle/ (~4.7 GB, once), not part of make test
@@ -15,7 +17,7 @@ PIP    := $(BIN)/pip install --disable-pip-version-check
 # the install is redone only when pyproject.toml, setup.py, constraints.txt or quiet.py (the .pth line) changes
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install test lint demo demo-results lm-cpu-results bench gpu-bundle constraints clean-venv
+.PHONY: install test lint demo demo-results lm-cpu-results bible-study-results bench gpu-bundle constraints clean-venv
 
 install: $(STAMP)
 
@@ -64,6 +66,10 @@ demo-results: $(STAMP)
 # every registered scheme at 6 and 12 layers, 2 seeds, 150 updates (~25 min on 2 cores; resumable, exact reuse)
 lm-cpu-results: $(STAMP)
 	nice -n 5 $(BIN)/python -m fairseq_residual_tools.analysis.lm_study
+
+# the translation study (results/bible-study/README.md): a finished run's record in results/bible-study/runs/ is reused
+bible-study-results: $(STAMP)
+	OMP_NUM_THREADS=1 nice -n 5 $(BIN)/python -m fairseq_residual_tools.analysis.bible_study
 
 # throughput / memory of every scheme vs fairseq's stock transformer -> results/bench/ (< 15 min);
 # glibc malloc keeps freed memory in the measuring processes, as PyTorch's allocator does on a GPU;
