@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from ..files import write_json, write_text
-from ..markdown import table
+from ..markdown import block_of, table, write_block
 from ..provenance import describe, describe_git
 from ..training_log import RULE
 
@@ -161,20 +161,12 @@ def published_block(results: Dict) -> str:
     )
 
 
-def _split(page: Path):
-    """``page``'s text before its demo block, the block (between ``BLOCK_START`` and ``BLOCK_END``), and after."""
-    before, rest = Path(page).read_text(encoding="utf-8").split(BLOCK_START + "\n", 1)
-    block, after = rest.split("\n" + BLOCK_END, 1)
-    return before, block, after
-
-
 def published(page: Path) -> str:
     """The demo block of ``page`` as it stands."""
-    return _split(page)[1]
+    return block_of(page, BLOCK_START, BLOCK_END)
 
 
 def publish(results: Dict, pages) -> None:
     """Replace the demo block of every page in ``pages`` with ``published_block(results)``."""
     for page in pages:
-        before, _, after = _split(page)
-        write_text(page, f"{before}{BLOCK_START}\n{published_block(results)}\n{BLOCK_END}{after}")
+        write_block(page, BLOCK_START, BLOCK_END, published_block(results))

@@ -280,8 +280,9 @@ def parse_args(argv: Sequence[str]):
         "--with",
         dest="with_schemes",
         default="",
-        help=f"add these designs after ResiDual to the claims and the benchmark, comma-separated, from {list(plan.OPT_IN)}"
-        " (opt-in: each takes its time from the claims' trainings; with hc they get about 236 updates instead of 428)",
+        help="add these designs after ResiDual to the claims and the benchmark, comma-separated, from "
+        f"{list(plan.OPT_IN)} (opt-in: each takes its time from the claims' trainings; with hc they get about 236 "
+        "updates each instead of 428)",
     )
     parser.add_argument("--with-hc", action="store_true", help="the same as --with hc")
     parser.add_argument("--with-compiled", action="store_true", help="add the torch.compile run (opt-in: ~3 min)")

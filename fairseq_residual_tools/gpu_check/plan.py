@@ -6,7 +6,8 @@
 2. ``claims``: the paper's depth and warmup claims on the embedded corpus: Post-LN, Pre-LN and ResiDual at IWSLT
    E6D6 and E12D12 (d256), with and without warmup, ResiDual with ``--residual-output-scale 0.5`` beside the
    default (``--skip-output-scale`` leaves it out) and, with ``--with hc,siamese,attn-res`` (``--with-hc``: hc), the
-   designs after ResiDual, all sixteen (four more each) at once for the time the budget leaves them, then each scored with BLEU (beam 5) on the held-out test set.
+   designs after ResiDual, all sixteen (four more each) at once for the time the budget leaves them, then each
+   scored with BLEU (beam 5) on the held-out test set.
 3. ``bench``: the benchmark on the GPU (stock Post-LN, stock Pre-LN, ResiDual, and the schemes of ``--with``;
    IWSLT E6D6, WMT E18D18).
 4. ``compiled`` (opt-in: ``--with-compiled``): ResiDual E18D18 under torch.compile beside eager.
@@ -187,7 +188,7 @@ Variant = Tuple[str, str, Tuple[str, ...]]
 
 def claims_variants(args) -> List[Variant]:
     """(label, scheme, model options) of every scheme the claims train: the chosen schemes, then ResiDual with its
-    output scaled at init when ResiDual is one of them (unless ``--skip-output-scale``), then the schemes of ``--with``."""
+    output scaled at init when ResiDual is one of them (unless ``--skip-output-scale``), then those of ``--with``."""
     variants: List[Variant] = [(scheme, scheme, ()) for scheme in args.schemes]
     if "residual" in args.schemes and not args.skip_output_scale:
         variants.append(SCALED_RESIDUAL)
