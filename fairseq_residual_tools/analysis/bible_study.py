@@ -21,18 +21,19 @@ import hashlib
 import itertools
 import json
 import sys
+import threading
 import time
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Sequence
 
 from ..average_checkpoints import numbered_checkpoints, write_average
 from ..commands import run_training
 from ..dataprep import bible
 from ..errors import ConfigError, DataError, exit_on_user_error
 from ..files import write_json, write_text
-from ..markdown import table
+from ..markdown import table, write_block
 from ..provenance import ROOT, describe, describe_git, git_state, provenance
 from ..runner import PLUGIN_DIR, RunError, fairseq_command
 from ..training_log import RULE as FAILS_RULE
@@ -51,6 +52,15 @@ PAPER_IWSLT = {
     ("pre", False): ("32.28", "31.82"),
     ("residual", False): ("35.76", "35.57"),
 }
+
+
+DEFAULT_OUT = ROOT / "results" / "bible-study"
+#: the pages that show the study's table (``publish``), and the lines around it
+PAGES = (ROOT / "README.md", ROOT / "docs" / "results.md")
+README_BLOCK = (
+    "<!-- the Bible study's table, written from results/bible-study/results.json by the study: do not edit -->",
+    "<!-- end of the Bible study's table -->",
+)
 
 
 def plan(args) -> List[RunSpec]:
@@ -196,18 +206,35 @@ def run_one(spec: RunSpec, data: Dict, args, records: Path, runs_dir: Path) -> D
     return dict(result, reused=False)
 
 
-def run_all(specs: List[RunSpec], data: Dict, args, started: float) -> List[Dict]:
-    out, runs_dir = Path(args.out), Path(args.work) / "runs"
+def record_file(spec: RunSpec, data: Dict, args) -> Path:
+    """Where the run's record lies once it has finished: ``OUT/runs/<name>-<key>.json``."""
+    key = run_key(spec, args, data["sha256"], data["fingerprints"][spec])
+    return Path(args.out) / "runs" / f"{spec.name}-{key}.json"
+
+
+def finished(specs: Sequence[RunSpec], data: Dict, args) -> List[Dict]:
+    """The records of the planned runs that have finished, in the plan's order."""
+    return [json.loads(f.read_text()) for f in (record_file(s, data, args) for s in specs) if f.exists()]
+
+
+def run_all(specs: List[RunSpec], data: Dict, args, started: float, report) -> List[Dict]:
+    """The plan with ``args.jobs`` concurrent trainings, printing progress; ``report()`` after each finished run, so
+    that the report, the README's table and the records in ``OUT/runs`` always hold every run finished so far."""
+    runs_dir = Path(args.work) / "runs"
     done = itertools.count(1)
+    lock = threading.Lock()
 
     def one(spec):
-        result = run_one(spec, data, args, out / "runs", runs_dir)
+        result = run_one(spec, data, args, Path(args.out) / "runs", runs_dir)
         how = "finished earlier with these settings, data and model: reused" if result["reused"] else "trained"
         print(
             f"[{next(done)}/{len(specs)}] {spec.name}: {result['stop']} at update {result['end_update']}, "
             f"fails={result['fails']}, BLEU {result['bleu']} ({how}) | {(time.time() - started) / 60:.1f} min",
             flush=True,
         )
+        if not result["reused"]:
+            with lock:
+                report()
         return result
 
     return run_in_pool(specs, one, args.jobs)
@@ -259,11 +286,40 @@ def run_list(results: List[Dict]) -> str:
     return table(headers, rows)
 
 
+def published_block(results: Dict) -> str:
+    """What README.md and docs/results.md show of the study's results.json: the BLEU table, how much of the plan
+    has finished, and where the rest is."""
+    runs, planned = results["runs"], results["planned"]
+    left = [name for name in planned if name not in {r["name"] for r in runs}]
+    status = f"{len(runs)} of the {len(planned)} planned runs finished" + (
+        f"; not yet trained: {', '.join(left)}" if left else ""
+    )
+    made = f"{results['provenance']['date'][:10]}, runs trained at {', '.join(sorted({r['git'] for r in runs}))}"
+    return (
+        f"{cell_table(runs, 'bleu', 2)}\n\nTest BLEU (tokenised, as the paper's IWSLT table) at the end of each run, "
+        f"mean ± half-range over seeds. {status}. From `results/bible-study/results.json` ({made})."
+    )
+
+
+def publish(results: Dict, pages: Sequence[Path]) -> None:
+    """Replace the study's block of every page in ``pages`` with ``published_block(results)``."""
+    for page in pages:
+        write_block(page, *README_BLOCK, published_block(results))
+
+
 def write_report(results: List[Dict], meta: Dict, out: Path):
     from .lm_study import curve_panels
     from .plotting import plot_loss_curves
 
     out.mkdir(parents=True, exist_ok=True)
+    if not results:
+        planned = ", ".join(meta["planned"])
+        write_text(
+            out / "README.md",
+            f"# The Bible study: no run has finished yet\n\nPlanned: {planned}.\n\n"
+            f"Started with:\n\n    {meta['command']}\n",
+        )
+        return
     by_cell = {}
     for r in results:
         by_cell.setdefault(f"E{r['layers']}D{r['layers']}, warmup {'yes' if r['warmup'] else 'no'}", []).append(r)
@@ -289,12 +345,18 @@ def write_report(results: List[Dict], meta: Dict, out: Path):
     s, data = meta["settings"], meta["data"]
     signature = next((r["sacrebleu_signature"] for r in results if r.get("sacrebleu_signature")), "n/a")
     hours = sum(r["train_seconds"] for r in results) / 3600
+    left = [name for name in meta.get("planned", []) if name not in {r["name"] for r in results}]
+    progress = f"**{len(results)} of the {len(meta.get('planned', results))} planned runs have finished**" + (
+        f"; not yet trained (the plan's order: the next sessions train them): {', '.join(left)}." if left else "."
+    )
     body = f"""# Where training ends: the schemes trained to their plateau on the Spanish-English Bible
 
 A **CPU-scale run on another corpus**, not a reproduction of the paper's IWSLT-14 cells: width {s["dim"]} instead of
 256, {data["pairs"]["train"]:,} training verse pairs (Reina-Valera 1909 -> World English Bible) instead of about
 160,000 TED sentences, one CPU core per run. It answers, on real text, where each scheme ends, not how large the
 paper's differences are.
+
+{progress}
 
 {reading}
 
@@ -372,7 +434,7 @@ def seeds_at(text: str):
 def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="fairseq-residual-bible-study", description=__doc__.splitlines()[0])
     p.add_argument("--work", default=str(ROOT / "work" / "bible-study"), help="data and checkpoints")
-    p.add_argument("--out", default=str(ROOT / "results" / "bible-study"), help="report folder (records in runs/)")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="report folder (records in runs/)")
     p.add_argument("--schemes", nargs="+", default=["post", "pre", "residual", "residual:scale=0.5", "hc"])
     p.add_argument("--nowarmup-schemes", nargs="*", default=["post", "pre", "residual"], help="also without warmup")
     p.add_argument("--depths", type=int, nargs="+", default=[6, 12], help="the first is the main depth")
@@ -392,6 +454,7 @@ def parse_args(argv=None):
     p.add_argument("--max-update-cap", type=int, default=8000)
     p.add_argument("--average", type=int, default=5, help="interval checkpoints averaged for BLEU")
     p.add_argument("--zoom-from", type=int, default=1000, help="the zoomed curves start here")
+    p.add_argument("--report-only", action="store_true", help="rewrite the report from the finished runs' records")
     args = p.parse_args(argv)
     if args.validate_every <= 0 or args.plateau_min_updates % args.validate_every:
         raise ConfigError("--plateau-min-updates must be a multiple of --validate-every")
@@ -412,16 +475,29 @@ def main(argv=None):
         spec: model_fingerprint(training_args(data["databin"], Path(args.work) / "fingerprint", spec, args, 0))
         for spec in specs
     }
-    print(f"{len(specs)} runs planned: {', '.join(s.name for s in specs)}", flush=True)
-    results = run_all(specs, data, args, started)
+    command = [a for a in argv if a != "--report-only"]
     meta = dict(
-        command=" ".join(["nice -n 5 .venv/bin/python -m fairseq_residual_tools.analysis.bible_study", *argv]),
-        settings={k: v for k, v in vars(args).items() if k not in ("work", "out")},
+        command=" ".join(["nice -n 5 .venv/bin/python -m fairseq_residual_tools.analysis.bible_study", *command]),
+        settings={k: v for k, v in vars(args).items() if k not in ("work", "out", "report_only")},
         data={k: data["summary"][k] for k in ("pairs", "verses", "modules", "data_bin_sha256")},
-        provenance=provenance(),
+        planned=[s.name for s in specs],
     )
-    write_report(results, meta, Path(args.out))
-    print(cell_table(results, "bleu", 2))
+
+    def report():
+        results = finished(specs, data, args)
+        write_report(results, {**meta, "provenance": provenance()}, Path(args.out))
+        if results and Path(args.out).resolve() == DEFAULT_OUT.resolve():
+            publish({**meta, "provenance": provenance(), "runs": results}, PAGES)
+        return results
+
+    if args.report_only:
+        results = report()
+        print(f"{len(results)} of the {len(specs)} planned runs have finished; report rewritten from their records")
+    else:
+        print(f"{len(specs)} runs planned: {', '.join(s.name for s in specs)}", flush=True)
+        run_all(specs, data, args, started, report)
+        results = report()
+    print(cell_table(results, "bleu", 2) if results else "no run has finished yet")
     return results
 
 

@@ -186,3 +186,32 @@ def test_options_that_cannot_make_a_study_stop_in_one_line():
         bible_study.parse_args(["--plateau-min-updates", "1100"])
     with pytest.raises(ConfigError, match="--nowarmup-schemes hc: not in --schemes"):
         bible_study.main(["--schemes", "pre", "--nowarmup-schemes", "hc"])
+
+
+def test_the_readme_and_results_page_show_the_studys_table_as_its_results_json_holds_it():
+    from fairseq_residual_tools.markdown import block_of
+
+    results_json = bible_study.DEFAULT_OUT / "results.json"
+    for page in bible_study.PAGES:
+        shown = block_of(page, *bible_study.README_BLOCK)
+        if results_json.exists():
+            expected = bible_study.published_block(json.loads(results_json.read_text()))
+            assert shown == expected, f"{page.name}: run the study with --report-only and commit what it writes"
+        else:
+            assert shown == "No run has finished yet."
+
+
+def test_publish_writes_the_bleu_table_and_what_is_left_of_the_plan_between_the_markers(tmp_path):
+    page = tmp_path / "page.md"
+    page.write_text(f"before\n{bible_study.README_BLOCK[0]}\nold\n{bible_study.README_BLOCK[1]}\nafter\n")
+    run = {"name": "pre-e6d6-warmup-seed1", "scheme": "pre", "layers": 6, "warmup": True, "seed": 1, "fails": None}
+    results = {
+        "planned": ["pre-e6d6-warmup-seed1", "post-e6d6-warmup-seed1"],
+        "provenance": {"date": "2026-12-04T10:00:00"},
+        "runs": [{**run, "bleu": 20.25, "git": "abc1234"}],
+    }
+    bible_study.publish(results, [page])
+    text = page.read_text()
+    assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
+    assert "| pre      | yes      | 20.25  |" in text
+    assert "1 of the 2 planned runs finished; not yet trained: post-e6d6-warmup-seed1" in text
