@@ -31,12 +31,12 @@ def test_code_that_changes_what_a_scheme_computes_changes_its_fingerprint(args_o
     before = model_fingerprint(args_of("residual"))
     sum_before = DualStreamLayer.residual_sum
 
-    def dual_stream_doubled(self, sublayer, x, residual, block_input, x_dual):
-        out, x_dual = sum_before(self, sublayer, x, residual, block_input, x_dual)
-        return out, 2 * x_dual
+    def dual_stream_without_the_attention(self, sublayer, x, residual, block_input, x_dual):
+        out, new_dual = sum_before(self, sublayer, x, residual, block_input, x_dual)
+        return out, x_dual if sublayer == "self_attn" else new_dual
 
-    monkeypatch.setattr(DualStreamLayer, "residual_sum", dual_stream_doubled)
-    assert model_fingerprint(args_of("residual")) != before  # x^d is normalised at the end: only ε tells, 6 digits do
+    monkeypatch.setattr(DualStreamLayer, "residual_sum", dual_stream_without_the_attention)
+    assert model_fingerprint(args_of("residual")) != before
     monkeypatch.undo()
     output_before = DualStreamOutput.forward
     monkeypatch.setattr(DualStreamOutput, "forward", lambda self, x_ln, x_dual: 1.5 * output_before(self, x_ln, x_dual))
@@ -47,3 +47,15 @@ def test_code_elsewhere_leaves_it_alone_a_new_scheme_beside_it_included(args_of,
     before = model_fingerprint(args_of("residual"))
     monkeypatch.setitem(SCHEMES, "another", SCHEMES["pre"])
     assert model_fingerprint(args_of("residual")) == before
+
+
+def test_it_does_not_depend_on_the_torch_thread_count(args_of, monkeypatch):
+    import torch
+
+    before = model_fingerprint(args_of("residual"))
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        assert model_fingerprint(args_of("residual")) == before
+    finally:
+        torch.set_num_threads(threads)
