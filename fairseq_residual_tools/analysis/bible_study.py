@@ -118,9 +118,9 @@ def training_args(databin, save_dir, spec: RunSpec, args, max_update: int) -> Li
 
 
 def run_key(spec: RunSpec, args, data_sha: str, fingerprint: str) -> str:
-    """What makes a run this run: its fairseq-train arguments (folders and the moving --max-update aside), where
-    it stops, what is averaged, the data-bin's bytes and the model's fingerprint."""
-    train = training_args("DATA", "SAVE", spec, args, 0)
+    """What makes a run this run: its fairseq-train arguments (folders, the checkout's path and the moving
+    --max-update aside), where it stops, what is averaged, the data-bin's bytes and the model's fingerprint."""
+    train = ["PLUGIN" if a == str(PLUGIN_DIR) else a for a in training_args("DATA", "SAVE", spec, args, 0)]
     stop = [args.max_update_cap, asdict(plateau_rule(args))]
     return hashlib.sha256(json.dumps([train, stop, data_sha, fingerprint]).encode()).hexdigest()[:12]
 

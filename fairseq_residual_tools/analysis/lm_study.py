@@ -31,6 +31,7 @@ from ..errors import ConfigError, exit_on_user_error
 from ..files import write_json, write_text
 from ..markdown import table
 from ..provenance import ROOT, describe, describe_git, git_state, provenance
+from ..runner import PLUGIN_DIR
 from ..training_log import RULE as FAILS_RULE
 from ..training_log import outcome
 from .fingerprint import model_fingerprint
@@ -86,9 +87,11 @@ def training_command(databin, save_dir, run: LMRun, settings) -> List[str]:
 
 
 def run_key(run: LMRun, settings, data_sha: str, fingerprint: str) -> str:
-    """What makes a run this run: its fairseq-train arguments (the data and save folders aside), the data and what
-    the model computes (``fingerprint.model_fingerprint``)."""
-    args = training_command("DATA", "SAVE", run, settings)[3:]  # after python -m fairseq_cli.train
+    """What makes a run this run: its fairseq-train arguments (the data and save folders and the checkout's path
+    aside), the data and what the model computes (``fingerprint.model_fingerprint``)."""
+    args = [  # after python -m fairseq_cli.train; the checkout's path aside
+        "PLUGIN" if a == str(PLUGIN_DIR) else a for a in training_command("DATA", "SAVE", run, settings)[3:]
+    ]
     return hashlib.sha256(json.dumps([args, data_sha, fingerprint]).encode()).hexdigest()[:12]
 
 

@@ -215,3 +215,11 @@ def test_publish_writes_the_bleu_table_and_what_is_left_of_the_plan_between_the_
     assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
     assert "| pre      | yes      | 20.25  |" in text
     assert "1 of the 2 planned runs finished; not yet trained: post-e6d6-warmup-seed1" in text
+
+
+def test_a_runs_key_is_the_same_in_a_checkout_at_another_path(monkeypatch):
+    spec, args = RunSpec("residual", 6, True, 1), bible_study.parse_args([])
+    key = bible_study.run_key(spec, args, "d" * 64, "fp")
+    monkeypatch.setattr(bible_study, "PLUGIN_DIR", "/elsewhere/fairseq_residual")
+    assert "/elsewhere/fairseq_residual" in bible_study.training_args("D", "S", spec, args, 0)
+    assert bible_study.run_key(spec, args, "d" * 64, "fp") == key
