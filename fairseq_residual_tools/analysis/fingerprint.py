@@ -24,8 +24,14 @@ def model_fingerprint(train_args: Sequence[str]) -> str:
     from fairseq.models import FairseqEncoderDecoderModel
 
     cfg = convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), list(train_args)))
-    logging.getLogger("fairseq").setLevel(logging.WARNING)  # the task's dictionary lines, once per run
-    task = tasks.setup_task(cfg.task)
+    # quiet the task's dictionary lines, and only here: a training forked later logs through the same loggers
+    fairseq_logger = logging.getLogger("fairseq")
+    level = fairseq_logger.level
+    fairseq_logger.setLevel(logging.WARNING)
+    try:
+        task = tasks.setup_task(cfg.task)
+    finally:
+        fairseq_logger.setLevel(level)
     torch.manual_seed(cfg.common.seed)
     model = task.build_model(cfg.model).double().eval()
     batch = torch.Generator().manual_seed(0)

@@ -27,7 +27,7 @@ def test_the_installed_console_scripts_are_pyprojects():
 
 
 def test_every_console_script_names_a_function_of_the_console_module():
-    assert len(SCRIPTS) == 14
+    assert len(SCRIPTS) == 16
     for name, target in SCRIPTS.items():
         module, function = target.split(":")
         assert name.startswith("fairseq-residual-") and module == "fairseq_residual_tools.console"
@@ -72,7 +72,7 @@ def test_tables_help_describes_every_option(monkeypatch, capsys):
     assert "--out OUT the Markdown tables to write (default results/tables.md)" in options
 
 
-@pytest.mark.parametrize("recipe", ["iwslt14", "wmt14", "opus100", "custom", "monolingual"])
+@pytest.mark.parametrize("recipe", ["iwslt14", "wmt14", "opus100", "custom", "monolingual", "bible"])
 def test_data_prep_help_loads_neither_torch_nor_fairseq(recipe):
     code = (
         "import sys\n"

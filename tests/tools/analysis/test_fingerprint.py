@@ -1,5 +1,7 @@
 """The model fingerprint that stands for "the code that made a run" in the studies' run keys."""
 
+import logging
+
 import pytest
 from helpers import train_args
 
@@ -25,6 +27,15 @@ def test_the_same_run_gives_the_same_fingerprint_and_another_scheme_or_seed_anot
     assert fingerprint != model_fingerprint(args_of("pre"))
     assert fingerprint != model_fingerprint(args_of("residual", "--seed", "2"))
     assert fingerprint != model_fingerprint(args_of("residual", "--residual-output-scale", "0.5"))
+
+
+def test_the_fingerprint_leaves_fairseqs_logging_as_it_found_it(args_of, monkeypatch):
+    # a training forked later from the same process (the tests' run_cli, a study's runs) logs its progress lines,
+    # its per-epoch stats and "Saving checkpoint to" through fairseq's loggers
+    fairseq_logger = logging.getLogger("fairseq")
+    monkeypatch.setattr(fairseq_logger, "level", logging.INFO)
+    model_fingerprint(args_of("pre"))
+    assert fairseq_logger.level == logging.INFO
 
 
 def test_code_that_changes_what_a_scheme_computes_changes_its_fingerprint(args_of, monkeypatch):
