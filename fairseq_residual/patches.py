@@ -14,11 +14,13 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import torch
 from fairseq import checkpoint_utils, tasks
 from fairseq.data import data_utils
+from fairseq.distributed import utils as distributed_utils
 from fairseq.tasks import FairseqTask, translation
 from fairseq.trainer import Trainer
 
 from . import (
     batching_fix,
+    bf16_without_tpu,
     checkpoint_loading,
     checkpoint_reading,
     checkpoint_saving,
@@ -137,6 +139,16 @@ PATCHES: List[Patch] = [
         None,
         numpy_compat.apply,
         tuple((module, "np") for module in numpy_compat.MODULES),
+    ),
+    Patch(
+        "--bf16 without a TPU",
+        "distributed_utils.call_main turns common.tpu off again when --bf16 set it and torch_xla is not installed, "
+        "with one line; fairseq's bfloat16 training (fp32 master weights) then runs on the GPU or the CPU",
+        "fairseq takes --bf16 to imply --tpu: on any machine without torch_xla, fairseq-train --bf16 stopped in "
+        "AttributeError 'xla_device'",
+        None,
+        bf16_without_tpu.apply,
+        ((distributed_utils, "call_main"),),
     ),
     Patch(
         "say that the input is not UTF-8",

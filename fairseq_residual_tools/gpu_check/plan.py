@@ -1,7 +1,7 @@
 """What the GPU check runs: its parts in order of value, each a group of runs that share the GPU at once.
 
 1. ``precision``: Post-LN, Pre-LN and ResiDual at WMT E18D18 with --fp16, --memory-efficient-fp16
-   --fp16-init-scale 8 (the authors' OPUS-100 setting) and --amp, 200 updates each, all nine at once;
+   --fp16-init-scale 8 (the authors' OPUS-100 setting), --amp and --bf16, 200 updates each, all twelve at once;
    ``torchrun`` (a launch through scripts/train.sh with the visible GPUs) runs beside them.
 2. ``claims``: the paper's depth and warmup claims on the embedded corpus: Post-LN, Pre-LN and ResiDual at IWSLT
    E6D6 and E12D12 (d256), with and without warmup, ResiDual with ``--residual-output-scale 0.5`` beside the
@@ -38,6 +38,7 @@ PRECISIONS: Dict[str, List[str]] = {
     "fp16": ["--fp16"],
     "memory-efficient-fp16": ["--memory-efficient-fp16", "--fp16-init-scale", "8"],  # the authors' OPUS-100 setting
     "amp": ["--amp"],
+    "bf16": ["--bf16"],  # fairseq's bf16 (fp32 master weights), without the TPU it implies (docs/patches.md)
 }
 SCHEMES = ("post", "pre", "residual")
 #: the designs after ResiDual that ``--with`` adds to the claims and the benchmark: opt-in, as each one's four

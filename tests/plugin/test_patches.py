@@ -32,6 +32,7 @@ def test_importing_the_plugin_applies_every_row():
         "a finished training stays finished",
         "check the data folder",
         "numpy.compat for numpy 2",
+        "--bf16 without a TPU",
         "say that the input is not UTF-8",
         "one-line errors",
     ]

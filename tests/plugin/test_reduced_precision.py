@@ -1,23 +1,24 @@
 """bfloat16 training of every scheme without a GPU.
 
-fairseq's command line refuses it: ``--bf16`` (and ``--memory-efficient-bf16``, which implies it) also
-sets ``--tpu`` ("use bfloat16; implies --tpu", fairseq/options.py), so ``fairseq-train --cpu --bf16``
-stops in the Trainer with ``AttributeError: 'NoneType' object has no attribute 'xla_device'``
-(torch_xla is not installed). What does work, and is tested here, is the rest of fairseq's bf16 path:
-its ``Trainer`` with the same configuration and ``tpu`` off (the model and batches cast to bfloat16,
-``FP16Optimizer`` / ``MemoryEfficientFP16Optimizer`` keeping fp32 master weights or not), in this
-process, so one configuration serves every scheme.
+fairseq's command line takes ``--bf16`` (and ``--memory-efficient-bf16``, which implies it) to mean a TPU
+("use bfloat16; implies --tpu", fairseq/options.py); its Trainer given that configuration stops with
+``AttributeError: 'NoneType' object has no attribute 'xla_device'`` where torch_xla is not installed. The plugin
+turns ``tpu`` off again before ``fairseq-train`` starts (``fairseq_residual/bf16_without_tpu.py``); fairseq's bf16
+path then trains: the model and batches cast to bfloat16, ``FP16Optimizer`` / ``MemoryEfficientFP16Optimizer``
+keeping fp32 master weights or not. Every scheme runs through the ``Trainer`` in this process (one configuration
+serves them all); ``fairseq-train --cpu --bf16`` itself and a generation from its checkpoint at the end.
 """
 
 import copy
 import math
+import re
 
 import pytest
 import torch
 from fairseq import options, tasks
 from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 from fairseq.trainer import Trainer
-from helpers import TINY_MODEL
+from helpers import TINY_MODEL, generate_args, run_cli, train_args
 
 from fairseq_residual.schemes import SCHEMES
 
@@ -71,3 +72,27 @@ def test_every_scheme_trains_in_bfloat16_on_cpu(demo_databin, flag, one_torch_th
         assert trainer.get_num_updates() == UPDATES
         changed = sum(not torch.equal(b, p) for b, p in zip(before, model.parameters()))
         assert changed > len(before) // 2, (scheme, changed, len(before))
+
+
+@pytest.mark.parametrize("flag", ["--bf16", "--memory-efficient-bf16"])
+def test_fairseq_train_bf16_without_a_tpu_trains_in_bfloat16_and_its_checkpoint_translates(
+    demo_databin, tmp_path, flag
+):
+    save = tmp_path / "ckpt"
+    proc = run_cli([*train_args(demo_databin.databin, save, 4), flag], cwd=tmp_path)
+    log = proc.stdout + proc.stderr
+    assert "bfloat16 on cpu: --bf16 without a TPU (torch_xla is not installed)" in log
+    losses = [float(x) for x in re.findall(r'"train_loss": "([\d.]+)"', log)]
+    assert losses and all(math.isfinite(x) for x in losses)
+    state = torch.load(save / "checkpoint_last.pt", map_location="cpu", weights_only=False)
+    assert state["optimizer_history"][-1]["num_updates"] == 4
+    weights = [t for t in state["model"].values() if t.is_floating_point() and t.numel() > 1]
+    # saved in float32 as every fairseq checkpoint (utils.move_to_cpu), holding the values of a bfloat16 model
+    assert weights and all(t.dtype == torch.float32 for t in weights)
+    assert all(torch.equal(t, t.bfloat16().float()) for t in weights)
+    assert not all(torch.equal(t, t.half().float()) for t in weights)
+    moments = [t for s in state["last_optimizer_state"]["state"].values() for t in s.values() if torch.is_tensor(t)]
+    assert moments and all(t.dtype == torch.float32 for t in moments if t.dim())  # Adam's moments stay float32
+    # an eager float32 generation reads the bfloat16 checkpoint
+    out = run_cli(generate_args(demo_databin.databin, save / "checkpoint_last.pt"), cwd=tmp_path).stdout
+    assert len(re.findall(r"^H-\d+\t", out, flags=re.M)) == 40  # the demo's test split

@@ -26,7 +26,7 @@ def test_the_dry_run_lists_every_run_with_its_estimate_within_nine_minutes_and_w
     assert proc.returncode == 0, proc.stderr[-2000:]
     runs = re.findall(r"^- (run|scoring) (.+?): about (\d+) s", proc.stdout, re.M)
     labels = [label for _, label in ((k, lab) for k, lab, _ in runs)]
-    assert len([lab for lab in labels if lab.split()[0] in plan.PRECISIONS]) == 9
+    assert len([lab for lab in labels if lab.split()[0] in plan.PRECISIONS]) == 12  # 4 precisions x post, pre, residual
     assert sum(1 for kind, lab, _ in runs if kind == "run" and " e6d6 " in f" {lab} " or " e12d12 " in lab) >= 16
     assert len([k for k, _, _ in runs if k == "scoring"]) == 16  # ResiDual with its output scaled too; hc: opt-in
     assert "--residual-output-scale 0.5" in proc.stdout.split("- run residual-c0.5 e12d12 no-warmup")[1]

@@ -35,7 +35,7 @@ def test_the_default_run_holds_every_part_of_the_issue_within_nine_minutes(estim
     assert not parts["compiled"].default  # opt-in
     assert plan.default_seconds(list(parts.values())) <= plan.BUDGET_S
     precision = [r for r in parts["precision"].runs if r.label != "torchrun"]
-    assert len(precision) == 9 and {r.label.split()[1] for r in precision} == {"post", "pre", "residual"}
+    assert len(precision) == 12 and {r.label.split()[1] for r in precision} == {"post", "pre", "residual"}
     for name, flags in plan.PRECISIONS.items():
         runs = [r for r in precision if r.label.startswith(name + " ")]
         assert len(runs) == 3 and all(options(r).endswith(shlex.join(flags)) for r in runs)
@@ -122,7 +122,7 @@ def test_the_cpu_path_runs_every_part_at_tiny_sizes_and_says_why_plain_fp16_is_l
     "argv, message",
     [
         (["--schemes", "post,foo"], "unknown scheme or precision foo"),
-        (["--precisions", "bf16"], "unknown scheme or precision bf16"),
+        (["--precisions", "fp8"], "unknown scheme or precision fp8"),
         (["--schemes", "post,residual"], "must include pre"),
         (["--depths", "6,x"], "comma-separated layer counts"),
     ],
