@@ -28,7 +28,7 @@ def without_tpu(call_main):
             logger.info("bfloat16 on %s: --bf16 without a TPU (torch_xla is not installed)", device)
         return call_main(cfg, main, **kwargs)
 
-    call_main_on_this_device.fairseq_residual = True  # the mark of what the plugin replaced (patches.PATCHES)
+    call_main_on_this_device.fairseq_residual = True  # type: ignore[attr-defined]  # the mark of what the plugin replaced (patches.PATCHES)
     return call_main_on_this_device
 
 

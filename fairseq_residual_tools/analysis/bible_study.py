@@ -135,7 +135,7 @@ def stop_reason(out_file: Path, args) -> Optional[Dict]:
     if not out_file.exists():
         return None
     log = read_log(out_file)
-    verdict = outcome(out_file)["fails"]
+    verdict = str(outcome(out_file)["fails"] or "")
     end = log.valid[-1][0] if log.valid else (log.train[-1][0] if log.train else 0)
     if verdict and ("NaN" in verdict or "exploded" in verdict):
         return {"stop": f"diverged: {verdict}", "end_update": end}
@@ -320,7 +320,7 @@ def write_report(results: List[Dict], meta: Dict, out: Path):
             f"Started with:\n\n    {meta['command']}\n",
         )
         return
-    by_cell = {}
+    by_cell: Dict[str, List[Dict]] = {}
     for r in results:
         by_cell.setdefault(f"E{r['layers']}D{r['layers']}, warmup {'yes' if r['warmup'] else 'no'}", []).append(r)
     for name, zoom in (("valid_loss.png", None), ("valid_loss_zoom.png", meta["settings"]["zoom_from"])):

@@ -133,12 +133,12 @@ def split_chapters(keys: Sequence[Key], sizes: Dict[str, int]) -> Dict[Chapter, 
     for book, chapter, _ in keys:
         verses[(book, chapter)] = verses.get((book, chapter), 0) + 1
     queue = sorted(verses, key=split_order)
-    assigned = {}
+    assigned: Dict[Chapter, str] = {}
     for split, wanted in sizes.items():
         held = 0
         while held < wanted and queue:
-            chapter = queue.pop(0)
-            assigned[chapter], held = split, held + verses[chapter]
+            taken = queue.pop(0)
+            assigned[taken], held = split, held + verses[taken]
     if not queue:
         raise DataError(f"{len(keys)} verse pairs leave no training text after {sizes}: ask for fewer held-out verses")
     return {**{c: "train" for c in queue}, **assigned}
@@ -160,7 +160,7 @@ def write_aligned(dumps: Dict[str, Path], modules: Dict[str, str], out: Path, dr
     pairs, dropped = align(*texts)
     write_lines(Path(f"{out}.keys"), [f"{b}\t{c}\t{v}" for (b, c, v), _, _ in pairs])
     for side, lang in enumerate(langs):
-        write_lines(Path(f"{out}.{lang}"), [pair[1 + side] for pair in pairs])
+        write_lines(Path(f"{out}.{lang}"), [pair[1] if side == 0 else pair[2] for pair in pairs])
     write_json(dropped_file, dropped)
 
 
