@@ -3,6 +3,7 @@ end to end through fairseq-train and fairseq-eval-lm, exact reuse, and its error
 
 import json
 import math
+import time
 
 import pytest
 from helpers import commit_during_training
@@ -30,6 +31,18 @@ def test_paragraph_j_goes_to_valid_at_18_and_test_at_19_of_every_20(tmp_path):
     assert json.loads((tmp_path / "record.json").read_text())["sha256"] == record["sha256"]
     with pytest.raises(DataError, match="--paragraphs 5 leaves a split empty"):
         pydoc_text.write_text_files(tmp_path, limit=5, topics=topics)
+
+
+def test_writing_the_same_text_again_leaves_the_files_alone(tmp_path):
+    # the data recipe redoes every stage after an input whose time changed: a re-run of a study prepared it all again
+    topics = {"a": "\n\n".join(f"a{j}" for j in range(40))}
+    pydoc_text.write_text_files(tmp_path, topics=topics)
+    times = {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()}
+    time.sleep(0.01)
+    pydoc_text.write_text_files(tmp_path, topics=topics)
+    assert {p.name: p.stat().st_mtime_ns for p in tmp_path.iterdir()} == times
+    pydoc_text.write_text_files(tmp_path, topics={"a": "\n\n".join(f"b{j}" for j in range(40))})
+    assert all(p.stat().st_mtime_ns != times[p.name] for p in tmp_path.iterdir())
 
 
 def test_the_default_text_is_the_installed_pythons_manual(tmp_path):
