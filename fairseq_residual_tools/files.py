@@ -46,5 +46,17 @@ def write_lines(path: Path, lines: List[str]):
     write_text(path, "".join(line + "\n" for line in lines))
 
 
+def json_text(value, sort_keys=False) -> str:
+    """What ``write_json`` writes."""
+    return json.dumps(value, indent=1, sort_keys=sort_keys) + "\n"
+
+
 def write_json(path: Path, value, sort_keys=False):
-    write_lines(path, [json.dumps(value, indent=1, sort_keys=sort_keys)])
+    write_text(path, json_text(value, sort_keys))
+
+
+def write_if_changed(path: Path, text: str) -> None:
+    """``write_text``, leaving a file that holds the same text as it is (its time too: recipes redo every stage
+    after an input whose time changed)."""
+    if not (path.exists() and path.read_text(encoding="utf-8") == text):
+        write_text(path, text)

@@ -12,14 +12,13 @@ recipe (Moses tokens, BPE, ``fairseq-preprocess --only-source``).
 
 import argparse
 import hashlib
-import json
 import platform
 import re
 from pathlib import Path
 from typing import Dict, List, Mapping, Optional
 
 from ..errors import DataError, exit_on_user_error
-from ..files import write_text
+from ..files import json_text, write_if_changed
 
 SPLITS = ("train", "valid", "test")
 #: paragraph j's split: j mod PERIOD = VALID_AT -> valid, TEST_AT -> test, else train
@@ -68,14 +67,8 @@ def write_text_files(folder: Path, limit: Optional[int] = None, topics: Optional
         sha256=hashlib.sha256(text).hexdigest(),
         split=f"paragraph j: valid if j % {PERIOD} == {VALID_AT}, test if j % {PERIOD} == {TEST_AT}, else train",
     )
-    write_if_changed(folder / "record.json", json.dumps(record, indent=1) + "\n")
+    write_if_changed(folder / "record.json", json_text(record))
     return record
-
-
-def write_if_changed(path: Path, text: str) -> None:
-    """The recipe redoes every stage after an input whose time changed: the same text is left as it is."""
-    if not (path.exists() and path.read_text(encoding="utf-8") == text):
-        write_text(path, text)
 
 
 def prepare(out: Path, bpe_merges: int, limit: Optional[int] = None, quiet: bool = True) -> Dict:
