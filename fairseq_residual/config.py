@@ -26,6 +26,7 @@ from fairseq.models.transformer.transformer_config import (
 )
 from omegaconf import II, DictConfig, OmegaConf
 
+from .compiled_training import FIELDS as COMPILE_FIELDS
 from .schemes import SCHEMES
 from .schemes.mix_ln import DEFAULT_RATIO as MIX_LN_DEFAULT_RATIO
 
@@ -161,7 +162,7 @@ _SCHEME_FIELDS: List[Tuple[str, Any, Any]] = [
 
 ResidualTransformerConfig = make_dataclass(
     "ResidualTransformerConfig",
-    _flat_transformer_fields() + _SCHEME_FIELDS,
+    _flat_transformer_fields() + _SCHEME_FIELDS + COMPILE_FIELDS,
     bases=(FairseqDataclass,),
 )
 ResidualTransformerConfig.__module__ = __name__
@@ -184,7 +185,7 @@ def to_transformer_config(cfg) -> TransformerConfig:
     as attributes, as fairseq does for the legacy transformer.
     """
     values = flat_values(cfg)
-    defaults = {name: f.default for name, _, f in _SCHEME_FIELDS}
+    defaults = {name: f.default for name, _, f in _SCHEME_FIELDS + COMPILE_FIELDS}
     for key, value in defaults.items():
         values.setdefault(key, value)
     embed = values.get("decoder_embed_dim") or 512

@@ -30,7 +30,8 @@ from fairseq.models.transformer_lm import (
 from omegaconf import II
 from torch import nn
 
-from .config import _SCHEME_FIELDS, flat_values, to_transformer_config
+from . import compiled_training
+from .config import _SCHEME_FIELDS, COMPILE_FIELDS, flat_values, to_transformer_config
 from .model import (
     SCHEME_KEY,
     ResidualTransformerDecoder,
@@ -65,7 +66,9 @@ _WIDTH_FIELDS: List[Tuple[str, Any, Any]] = [
 ]
 
 ResidualTransformerLanguageModelConfig = dataclasses.make_dataclass(
-    "ResidualTransformerLanguageModelConfig", _WIDTH_FIELDS + _SCHEME_FIELDS, bases=(TransformerLanguageModelConfig,)
+    "ResidualTransformerLanguageModelConfig",
+    _WIDTH_FIELDS + _SCHEME_FIELDS + COMPILE_FIELDS,
+    bases=(TransformerLanguageModelConfig,),
 )
 ResidualTransformerLanguageModelConfig.__module__ = __name__
 ResidualTransformerLanguageModelConfig.__doc__ = (
@@ -117,9 +120,18 @@ def fairseq_embedding(values: Dict[str, Any], task) -> nn.Module:
 class ResidualTransformerLanguageModel(TransformerLanguageModel):
     """fairseq's Transformer language model whose residual wiring is chosen by ``--residual-scheme``."""
 
-    def __init__(self, decoder, scheme: str):
+    def __init__(self, decoder, scheme: str, compile_options=None):
         super().__init__(decoder)
         self.register_buffer(SCHEME_KEY, _scheme_tag(scheme))
+        self.compile_options = compile_options or compiled_training.options_of(None)
+
+    def forward(self, src_tokens, **kwargs):
+        """fairseq's forward; in training compiled where ``--torch-compile`` asks (``compiled_training``)."""
+        if self.training and self.compile_options["torch_compile"]:
+            return compiled_training.training_forward(
+                TransformerLanguageModel.forward, self, self.compile_options, src_tokens, **kwargs
+            )
+        return super().forward(src_tokens, **kwargs)
 
     @classmethod
     def hub_models(cls):
@@ -141,7 +153,7 @@ class ResidualTransformerLanguageModel(TransformerLanguageModel):
         embed_tokens = fairseq_embedding(values, task)
         decoder = ResidualTransformerDecoder(cfg, task.target_dictionary, embed_tokens, no_encoder_attn=True)
         initialize_decoder_only(scheme, decoder, cfg)
-        return cls(decoder, scheme.name)
+        return cls(decoder, scheme.name, compiled_training.options_of(cfg))
 
     @property
     def residual_scheme(self) -> str:

@@ -25,6 +25,7 @@ from fairseq.models.transformer import (
 from fairseq.modules.checkpoint_activations import checkpoint_wrapper
 from torch import Tensor, nn
 
+from . import compiled_training
 from .config import ResidualTransformerConfig, to_transformer_config
 from .errors import ArchitectureMismatchError, CheckpointMismatchError, ConfigError, OptionError
 from .schemes import SCHEMES, UnknownSchemeError, get_scheme
@@ -282,6 +283,21 @@ class ResidualTransformerModel(TransformerModelBase):
     def __init__(self, cfg, encoder, decoder):
         super().__init__(cfg, encoder, decoder)
         self.register_buffer(SCHEME_KEY, _scheme_tag(str(cfg.residual_scheme)))
+        self.compile_options = compiled_training.options_of(cfg)
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, **kwargs):
+        """fairseq's forward; in training compiled where ``--torch-compile`` asks (``compiled_training``)."""
+        if self.training and self.compile_options["torch_compile"]:
+            return compiled_training.training_forward(
+                TransformerModelBase.forward,
+                self,
+                self.compile_options,
+                src_tokens,
+                src_lengths,
+                prev_output_tokens,
+                **kwargs,
+            )
+        return super().forward(src_tokens, src_lengths, prev_output_tokens, **kwargs)
 
     @classmethod
     def add_args(cls, parser):

@@ -57,7 +57,8 @@ def test_a_presets_defaults_are_the_ones_shown(capsys):
     assert "fairseq-train DATA --user-dir fairseq_residual --arch residual_transformer_opus100" in text
     assert "--encoder-layers ENCODER_LAYERS number of layers (default: 18)" in text
     assert "does not depend on s beyond LN's epsilon (default: 0.05)" in text
-    assert text.endswith("(docs/schemes.md) (default: 1.0)")  # --residual-output-scale, the last option
+    assert "(docs/schemes.md) (default: 1.0)" in text  # --residual-output-scale
+    assert text.endswith("max-autotune; unset: torch's default) (default: None)")  # --torch-compile-mode, the last
     assert options.arch_defaults("residual_transformer_iwslt_de_en")["encoder_embed_dim"] == 256
 
 
