@@ -8,6 +8,8 @@
 # make bible-study-results -- the schemes trained to their plateau on the Spanish-English Bible -> results/bible-study/
 #                 (hours; resumable; needs the Debian packages diatheke sword-text-sparv sword-text-web, or installs them)
 # make bench   -- same environment, then the side-by-side speed / memory benchmark, the counted work and HC's memory
+# make bench-compiled -- training throughput eager and under --torch-compile beside stock fairseq, with profiles
+#                 (-> results/bench/compiled/; ~35 min), and the graphs compiled per epoch (recompiles.json)
 # make gpu-bundle -- wheels for an offline GPU node (CPython 3.12, torch 2.11) -> gpu-bundle/ (docs/install.md);
 #                 needs a Python 3.12 and PyPI, builds in work/gpu-bundle/ (~4.7 GB, once), not part of make test
 PYTHON ?= python3
@@ -17,7 +19,7 @@ PIP    := $(BIN)/pip install --disable-pip-version-check
 # the install is redone only when pyproject.toml, setup.py, constraints.txt or quiet.py (the .pth line) changes
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install test lint demo demo-results lm-cpu-results bible-study-results bench gpu-bundle constraints clean-venv
+.PHONY: install test lint demo demo-results lm-cpu-results bible-study-results bench bench-compiled gpu-bundle constraints clean-venv
 
 install: $(STAMP)
 
@@ -79,6 +81,12 @@ bench: $(STAMP)
 	$(BIN)/python scripts/bench.py --malloc keep
 	$(BIN)/python scripts/bench.py --counts-only
 	$(BIN)/python scripts/bench.py --hc-memory --malloc keep
+
+# stock Pre-LN eager, Pre-LN / ResiDual / hc eager and compiled at tiny, the CPU study's and IWSLT E6D6 sizes, one
+# thread each in a fresh process, inductor's caches new each time (the compile a first run pays)
+bench-compiled: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python -m fairseq_residual_tools.bench.compiled --device cpu --profile --out results/bench/compiled
+	$(BIN)/python -m fairseq_residual_tools.bench.recompiles --out results/bench/compiled/recompiles.json
 
 # the bundle's own code uses the standard library only: no .venv needed
 gpu-bundle:

@@ -34,8 +34,8 @@ def malloc_environment(setting: str, base: Optional[Dict[str, str]] = None) -> D
 
 
 def in_fresh_process(function: str, threads: int, malloc: Optional[str] = None, **kwargs) -> Dict:
-    """``function(**kwargs)`` (``measure_size`` or ``memory_probe``; ``size`` and ``variant`` given as
-    dataclasses) in a new process with ``threads`` torch threads and the ``malloc`` settings."""
+    """``function(**kwargs)`` (``measure_size``, ``memory_probe`` or ``compiled.side_by_side``; ``size`` and
+    ``variant`` given as dataclasses) in a new process with ``threads`` torch threads and the ``malloc`` settings."""
     env = malloc_environment(malloc) if malloc else dict(os.environ)
     command = [sys.executable, "-m", __name__, function, json.dumps({"threads": threads, **kwargs}, default=asdict)]
     out = subprocess.run(command, stdout=subprocess.PIPE, text=True, env={**env, "PYTHONWARNINGS": "ignore"})
@@ -50,16 +50,21 @@ def in_fresh_process(function: str, threads: int, malloc: Optional[str] = None, 
 def _child(function: str, arguments: str) -> None:
     import torch
 
+    from .compiled import side_by_side
     from .measure import measure_size
     from .memory import memory_probe
     from .variants import Size, Variant
 
     kwargs = json.loads(arguments)
     torch.set_num_threads(kwargs.pop("threads"))
-    kwargs["size"] = Size(**kwargs["size"])  # measure_size and memory_probe both take one
+    kwargs["size"] = Size(**kwargs["size"])  # every function takes one
     if "variant" in kwargs:
         kwargs["variant"] = Variant(**kwargs["variant"])
-    functions: Dict[str, Callable[..., object]] = {"measure_size": measure_size, "memory_probe": memory_probe}
+    functions: Dict[str, Callable[..., object]] = {
+        "measure_size": measure_size,
+        "memory_probe": memory_probe,
+        "side_by_side": side_by_side,
+    }
     result = functions[function](**kwargs)
     print(json.dumps(result))
 

@@ -40,13 +40,14 @@ def synthetic_batch(task, batch: int, src_len: int, tgt_len: int, seed: int = 0,
 class TrainingStep:
     """forward + label-smoothed CE + backward + Adam step, fp32; gradients freed after the step."""
 
-    def __init__(self, model, sample):
+    def __init__(self, model, sample, forward=None):
         self.model = model.train()
+        self.forward = forward or self.model  # the model's forward, or a compiled form of it
         self.sample = sample
         self.optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98))
 
     def loss(self):
-        net_output = self.model(**self.sample["net_input"])
+        net_output = self.forward(**self.sample["net_input"])
         lprobs = self.model.get_normalized_probs(net_output, log_probs=True)
         lprobs, target = lprobs.view(-1, lprobs.size(-1)), self.sample["target"].view(-1)
         loss, _ = label_smoothed_nll_loss(lprobs, target, LABEL_SMOOTHING, ignore_index=self.model.decoder.padding_idx)

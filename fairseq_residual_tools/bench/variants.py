@@ -42,6 +42,9 @@ SIZES = {
 }
 #: a size small enough for the test suite
 TINY = Size("tiny", "residual_transformer_iwslt_de_en", 2, 60, 4, 7, 6, 2, 5, width=(16, 32, 2))
+#: the Bible study's model (results/bible-study: E6D6, width 64, FFN 256, 4 heads, its 7,840-word dictionary) at its
+#: 4,096 tokens per batch, as 128 sentences of 32
+CPU_STUDY = Size("cpu-study", "residual_transformer_iwslt_de_en", 6, 7836, 128, 32, 32, 8, 24, width=(64, 256, 4))
 
 
 #: the variant of Block Attention Residuals
