@@ -152,7 +152,7 @@ def summarise(part: plan.Part, results: Dict[str, Dict], logs: Path, data, scale
     result = results[run.label]
     outcomes = {
         "bench": lambda: report.bench_outcome(json.loads((out / "bench" / "bench.json").read_text())),
-        "compiled": lambda: _compiled_outcome(out / "compiled.json"),
+        "compiled": lambda: _compiled_outcome(out / "compiled" / "compiled.json"),
     }
     text = f"failed: {result['error']}" if "error" in result else "finished; " + outcomes[part.name]()
     return {part.name: {"command": shlex.join(run.command), "outcome": text}}
@@ -285,7 +285,11 @@ def parse_args(argv: Sequence[str]):
         "updates each instead of 428)",
     )
     parser.add_argument("--with-hc", action="store_true", help="the same as --with hc")
-    parser.add_argument("--with-compiled", action="store_true", help="add the torch.compile run (opt-in: ~3 min)")
+    parser.add_argument(
+        "--with-compiled",
+        action="store_true",
+        help="add the training-throughput comparison, eager and --torch-compile (opt-in: ~5 min)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print every run with its estimate; run nothing")
     parser.add_argument("--cpu-tiny", action="store_true", help="run every part on the CPU at tiny sizes")
     parser.add_argument("--calibrate", action="store_true", help="measure the estimates' inputs on this machine")

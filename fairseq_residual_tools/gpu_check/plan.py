@@ -10,7 +10,8 @@
    scored with BLEU (beam 5) on the held-out test set.
 3. ``bench``: the benchmark on the GPU (stock Post-LN, stock Pre-LN, ResiDual, and the schemes of ``--with``;
    IWSLT E6D6, WMT E18D18).
-4. ``compiled`` (opt-in: ``--with-compiled``): ResiDual E18D18 under torch.compile beside eager.
+4. ``compiled`` (opt-in: ``--with-compiled``): training throughput at WMT E6D6 in fp16 and bf16, stock Pre-LN eager
+   beside ResiDual and the schemes of ``--with``, eager and under ``--torch-compile`` (bench/compiled.py).
 
 Every run has an estimated time (estimate.py); the default parts fit ``BUDGET_S``. ``--cpu-tiny`` runs the same
 parts on the CPU at tiny sizes: the check's own code path, end to end, without a GPU.
@@ -32,8 +33,12 @@ BUDGET_S = 540.0
 BUNDLE_INSTALL_S = 30.0
 #: preparing the embedded corpus (Moses, BPE, fairseq-preprocess; 21 s on the 2-core machine)
 DATA_S = 30.0
-#: torch.compile's inductor compilation of ResiDual E18D18, forward and backward (assumed: not measurable here)
-COMPILE_S = 150.0
+#: torch.compile's inductor compilation of one E6D6 model, forward and backward, on the GPU machine's 16 cores
+#: (assumed from the CPU's 60-110 s on 2 cores: not measurable here)
+COMPILE_S = 90.0
+#: the compiled part's precisions on the GPU, and its timed and warm-up steps per variant
+COMPILED_PRECISIONS = ("fp16", "bf16")
+COMPILED_STEPS, COMPILED_WARMUP, COMPILED_MIN_S = 10, 3, 5
 PRECISIONS: Dict[str, List[str]] = {
     "fp16": ["--fp16"],
     "memory-efficient-fp16": ["--memory-efficient-fp16", "--fp16-init-scale", "8"],  # the authors' OPUS-100 setting
@@ -74,7 +79,7 @@ class Scale:
 
 
 GPU = Scale(
-    False, "residual_transformer_wmt_en_de", 18, 200, (6, 12), 4096, None, 50, "iwslt-e6d6,wmt-e18d18", "wmt-e18d18"
+    False, "residual_transformer_wmt_en_de", 18, 200, (6, 12), 4096, None, 50, "iwslt-e6d6,wmt-e18d18", "wmt-e6d6"
 )
 CPU_TINY = Scale(
     True, "residual_transformer_iwslt_de_en", 2, 4, (1, 2), 512, (16, 32, 2), 3, "tiny", "tiny", claims_updates=12
@@ -241,24 +246,39 @@ def bench_command(out: Path, scale: Scale, schemes: Sequence[str]) -> List[str]:
     ]
 
 
-def compiled_command(out: Path, scale: Scale) -> List[str]:
-    device = (
-        ["--device", "cpu", "--backend", "aot_eager", "--steps", "2", "--warmup", "1"]
-        if scale.cpu
-        else ["--device", "cuda"]
-    )
+def compiled_command(out: Path, scale: Scale, schemes: Sequence[str]) -> List[str]:
+    device = ["--device", "cpu", "--backend", "aot_eager", "--steps", "2", "--warmup", "1", "--min-seconds", "0"]
+    device += ["--precisions", "fp32"]
+    if not scale.cpu:
+        device = ["--device", "cuda", "--steps", str(COMPILED_STEPS), "--warmup", str(COMPILED_WARMUP)]
+        device += ["--min-seconds", str(COMPILED_MIN_S), "--precisions", *COMPILED_PRECISIONS]
     return [
         sys.executable,
         "-m",
         "fairseq_residual_tools.bench.compiled",
         *device,
-        "--size",
+        "--sizes",
         scale.compiled_size,
-        "--scheme",
-        "residual",
+        "--schemes",
+        *schemes,
         "--out",
-        str(out / "compiled.json"),
+        str(out / "compiled"),
     ]
+
+
+def _compiled_estimate(estimator: Estimator, scale: Scale, schemes: Sequence[str], start: float) -> float:
+    """A fresh process per scheme and precision (``start`` each) that steps stock Pre-LN, the scheme eager and the
+    scheme compiled in turn (``COMPILE_S`` more for the compile)."""
+    from ..bench.variants import SIZES
+
+    size = SIZES.get(scale.compiled_size)  # None: the CPU path's tiny size
+    rounds = COMPILED_STEPS + COMPILED_WARMUP
+
+    def steps_s(scheme: str) -> float:
+        return rounds * estimator.update(_bench_workload(size, scheme)) if size is not None else 0.0
+
+    per_precision = sum(start + COMPILE_S + steps_s("pre") + 2 * steps_s(s) + 3 * COMPILED_MIN_S for s in schemes)
+    return per_precision * (1 if scale.cpu else len(COMPILED_PRECISIONS))
 
 
 def _corpus_workload(arch: str, layers: int, scheme: str) -> Workload:
@@ -362,13 +382,13 @@ def build(args, estimator: Estimator, gpus: int, spent: Optional[float] = None) 
                 0.0,
             )
         )
-    compiled_w = _corpus_workload(scale.precision_arch, scale.precision_layers, "residual")
-    compiled_s = start + COMPILE_S + 2 * 23 * estimator.update(compiled_w)
+    compiled_schemes = list(bench_schemes(args))
+    compiled_s = _compiled_estimate(estimator, scale, compiled_schemes, start)
     later.append(
         Part(
             "compiled",
-            "ResiDual under torch.compile beside eager",
-            [Run("compiled", compiled_command(out, scale), "compiled.log", compiled_s)],
+            "Training throughput: stock eager, plugin eager, plugin compiled",
+            [Run("compiled", compiled_command(out, scale, compiled_schemes), "compiled.log", compiled_s)],
             0.0,
             default=args.with_compiled,
         )
