@@ -435,7 +435,9 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="fairseq-residual-bible-study", description=__doc__.splitlines()[0])
     p.add_argument("--work", default=str(ROOT / "work" / "bible-study"), help="data and checkpoints")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="report folder (records in runs/)")
-    p.add_argument("--schemes", nargs="+", default=["post", "pre", "residual", "residual:scale=0.5", "hc"])
+    p.add_argument(
+        "--schemes", nargs="+", default=["post", "pre", "residual", "residual:scale=0.5", "hc", "siamese", "attn-res"]
+    )
     p.add_argument("--nowarmup-schemes", nargs="*", default=["post", "pre", "residual"], help="also without warmup")
     p.add_argument("--depths", type=int, nargs="+", default=[6, 12], help="the first is the main depth")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])

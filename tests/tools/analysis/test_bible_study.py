@@ -16,13 +16,14 @@ from fairseq_residual_tools.runner import RunError
 def test_the_plan_trains_e6d6_with_warmup_for_every_seed_first_and_the_deep_no_warmup_cells_last():
     specs = bible_study.plan(bible_study.parse_args([]))
     names = [s.name for s in specs]
-    assert len(specs) == 24 and len(set(names)) == 24
-    assert [s.layers for s in specs[:10]] == [6] * 10 and all(s.warmup for s in specs[:10])
-    assert {s.seed for s in specs[:10]} == {1, 2}
-    assert [s.name for s in specs[10:13]] == [f"{x}-e6d6-nowarmup-seed1" for x in ("post", "pre", "residual")]
-    assert all(s.layers == 12 and s.seed == 1 for s in specs[13:21])  # one seed at E12D12 (--seeds-at 12=1)
-    assert [s.warmup for s in specs[13:21]] == [True] * 5 + [False] * 3
-    assert [s.name for s in specs[21:]] == [f"{x}-e6d6-nowarmup-seed2" for x in ("post", "pre", "residual")]
+    assert len(specs) == 30 and len(set(names)) == 30
+    assert [s.layers for s in specs[:14]] == [6] * 14 and all(s.warmup for s in specs[:14])
+    assert [s.name for s in specs[:7]][-2:] == ["siamese-e6d6-warmup-seed1", "attn-res-e6d6-warmup-seed1"]
+    assert {s.seed for s in specs[:14]} == {1, 2}
+    assert [s.name for s in specs[14:17]] == [f"{x}-e6d6-nowarmup-seed1" for x in ("post", "pre", "residual")]
+    assert all(s.layers == 12 and s.seed == 1 for s in specs[17:27])  # one seed at E12D12 (--seeds-at 12=1)
+    assert [s.warmup for s in specs[17:27]] == [True] * 7 + [False] * 3
+    assert [s.name for s in specs[27:]] == [f"{x}-e6d6-nowarmup-seed2" for x in ("post", "pre", "residual")]
     one = bible_study.plan(bible_study.parse_args(["--schemes", "residual", "--depths", "6", "--seeds", "1"]))
     assert [s.name for s in one] == ["residual-e6d6-warmup-seed1", "residual-e6d6-nowarmup-seed1"]
 
