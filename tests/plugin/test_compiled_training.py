@@ -27,6 +27,8 @@ from fairseq_residual.errors import ConfigError
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 NO_DROPOUT = ["--dropout", "0", "--attention-dropout", "0", "--activation-dropout", "0"]
+#: one layer a side: every code path of the forward, at half the compile time of two
+ONE_LAYER = ["--encoder-layers", "1", "--decoder-layers", "1"]
 
 
 @pytest.fixture(autouse=True)
@@ -70,8 +72,8 @@ def trainer_losses(cfg, updates, same_batch=False):
 
 def test_compiled_trainer_gives_eager_losses_on_fairseqs_varying_batches(demo_databin):
     """ResiDual here (every scheme compiles to eager's loss and gradients: tests/plugin/test_compile.py)."""
-    eager, _ = trainer_losses(training_config(demo_databin.databin), 3)
-    cfg = training_config(demo_databin.databin, "--torch-compile")
+    eager, _ = trainer_losses(training_config(demo_databin.databin, *ONE_LAYER), 3)
+    cfg = training_config(demo_databin.databin, *ONE_LAYER, "--torch-compile")
     cfg.model.torch_compile_backend = "aot_eager"
     counters.clear()
     compiled, model = trainer_losses(cfg, 3)
@@ -82,10 +84,10 @@ def test_compiled_trainer_gives_eager_losses_on_fairseqs_varying_batches(demo_da
 
 def test_inductor_trains_to_eagers_losses_within_float32_reordering(demo_databin):
     """One layer each side and one batch three times: one compile (a new batch shape would compile again)."""
-    small = ("--encoder-layers", "1", "--decoder-layers", "1")
-    eager, _ = trainer_losses(training_config(demo_databin.databin, *small), 3, same_batch=True)
+    eager, _ = trainer_losses(training_config(demo_databin.databin, *ONE_LAYER), 3, same_batch=True)
     counters.clear()
-    compiled, _ = trainer_losses(training_config(demo_databin.databin, *small, "--torch-compile"), 3, same_batch=True)
+    cfg = training_config(demo_databin.databin, *ONE_LAYER, "--torch-compile")
+    compiled, _ = trainer_losses(cfg, 3, same_batch=True)
     assert counters["stats"]["unique_graphs"] > 0
     assert compiled == pytest.approx(eager, rel=1e-5), (compiled, eager)
     assert compiled[0] > compiled[-1]  # it trained
@@ -164,7 +166,7 @@ def json_losses(log):
 def eager_run(demo_databin, tmp_path_factory):
     """Eight eager updates without dropout: the losses every resumed run is compared with."""
     save = tmp_path_factory.mktemp("eager")
-    proc = run_cli([*train_args(demo_databin.databin, save, 8), *NO_DROPOUT], cwd=save)
+    proc = run_cli([*train_args(demo_databin.databin, save, 8), *ONE_LAYER, *NO_DROPOUT], cwd=save)
     return save, json_losses(proc.stdout + proc.stderr)
 
 
@@ -177,7 +179,8 @@ def test_a_run_resumes_across_compiled_and_eager_with_the_uninterrupted_runs_los
     save = tmp_path / "ckpt"
     log = ""
     for updates, mode in ((4, first), (8, then)):
-        proc = run_cli([*train_args(demo_databin.databin, save, updates), *NO_DROPOUT, *flags[mode]], cwd=tmp_path)
+        argv = [*train_args(demo_databin.databin, save, updates), *ONE_LAYER, *NO_DROPOUT, *flags[mode]]
+        proc = run_cli(argv, cwd=tmp_path)
         log += proc.stdout + proc.stderr
     eager_save, eager_losses = eager_run
     assert json_losses(log) == eager_losses and len(eager_losses) == 8
