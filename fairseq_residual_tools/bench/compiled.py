@@ -100,11 +100,15 @@ def side_by_side(
         losses[name].append(runs[name]())
         seconds[name].append(time.perf_counter() - start)
 
+    where = f"[bench.compiled] {size.name} {precision} {scheme}"
     for name in runs:
         for _ in range(warmup):
             timed(name)
+        # progress, so a run stopped at a time limit shows how far it came (a cold GPU compile takes minutes)
+        print(f"{where}: {name} warmed up, first step {seconds[name][0]:.1f} s", file=sys.stderr, flush=True)
     slowest = max(seconds[name][-1] for name in runs)
     rounds = max(steps, int(min_seconds / max(slowest, 1e-6)) + 1)
+    print(f"{where}: {rounds} timed rounds", file=sys.stderr, flush=True)
     names = list(runs)
     for r in range(rounds):
         for name in names[r % 3 :] + names[: r % 3]:
@@ -240,7 +244,28 @@ def main(argv=None) -> Dict:
 
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("error: --device cuda, but torch sees no CUDA GPU: run on a GPU machine or use --device cpu")
-    rows = []
+    rows: List[Dict] = []
+
+    def write(complete: bool) -> Dict:
+        """The record so far: written after every row, so a run stopped at a time limit keeps what it measured."""
+        record = {
+            "command": " ".join(["python -m fairseq_residual_tools.bench.compiled", *(argv or sys.argv[1:])]),
+            "complete": complete,
+            "device": args.device,
+            "backend": args.backend,
+            "mode": args.mode,
+            "dropout": args.dropout,
+            "threads": args.threads,
+            "warm_cache": args.warm_cache,
+            "sizes": {name: asdict(SIZE_CHOICES[name]) for name in (args.sizes or DEFAULT_SIZES[args.device])},
+            "min_seconds": args.min_seconds,
+            "rows": rows,
+            "provenance": provenance(),
+        }
+        write_json(args.out / "compiled.json", record)
+        write_text(args.out / "compiled.md", markdown(record))
+        return record
+
     for size_name in args.sizes or DEFAULT_SIZES[args.device]:
         size = replace(SIZE_CHOICES[size_name], schemes=None)
         for precision in args.precisions:
@@ -263,21 +288,8 @@ def main(argv=None) -> Dict:
                 )
                 rows.append(row_of(size, precision, scheme, measured))
                 print(outcome({"rows": rows[-1:]}), file=sys.stderr, flush=True)
-    record = {
-        "command": " ".join(["python -m fairseq_residual_tools.bench.compiled", *(argv or sys.argv[1:])]),
-        "device": args.device,
-        "backend": args.backend,
-        "mode": args.mode,
-        "dropout": args.dropout,
-        "threads": args.threads,
-        "warm_cache": args.warm_cache,
-        "sizes": {name: asdict(SIZE_CHOICES[name]) for name in (args.sizes or DEFAULT_SIZES[args.device])},
-        "min_seconds": args.min_seconds,
-        "rows": rows,
-        "provenance": provenance(),
-    }
-    write_json(args.out / "compiled.json", record)
-    write_text(args.out / "compiled.md", markdown(record))
+                write(complete=False)
+    record = write(complete=True)
     print(markdown(record), end="", flush=True)
     return record
 

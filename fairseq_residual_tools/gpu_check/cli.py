@@ -288,7 +288,7 @@ def parse_args(argv: Sequence[str]):
     parser.add_argument(
         "--with-compiled",
         action="store_true",
-        help="add the training-throughput comparison, eager and --torch-compile (opt-in: ~5 min)",
+        help="add the training-throughput comparison, eager and --torch-compile (opt-in: ~8 min)",
     )
     parser.add_argument("--dry-run", action="store_true", help="print every run with its estimate; run nothing")
     parser.add_argument("--cpu-tiny", action="store_true", help="run every part on the CPU at tiny sizes")

@@ -1,10 +1,12 @@
 """bench/compiled.py: stock Pre-LN, a scheme eager and the scheme compiled stepped in turn in one process, and the
 ratios, compile cost and pay-back read from them."""
 
+import json
+
 import pytest
 import torch
 
-from fairseq_residual_tools.bench import compiled
+from fairseq_residual_tools.bench import compiled, isolation
 from fairseq_residual_tools.bench.variants import TINY
 
 
@@ -32,7 +34,7 @@ def test_ratios_compile_cost_and_the_updates_that_pay_it_back():
     assert "| never |" in table.splitlines()[-1]
 
 
-def test_the_three_step_in_turn_from_the_same_weights(one_torch_thread):
+def test_the_three_step_in_turn_from_the_same_weights(one_torch_thread, capsys):
     torch._dynamo.reset()
     result = compiled.side_by_side(
         TINY,
@@ -54,3 +56,30 @@ def test_the_three_step_in_turn_from_the_same_weights(one_torch_thread):
     assert result["compiled"]["losses"] == result["eager"]["losses"]
     assert result["eager"]["losses"][0] != result["stock"]["losses"][0]  # another model
     assert all(r["peak_mb"] > 0 for r in result.values())
+    # progress as it goes: a run stopped at a time limit shows how far it came
+    progress = capsys.readouterr().err
+    for name in ("stock", "eager", "compiled"):
+        assert f"[bench.compiled] tiny fp32 residual: {name} warmed up, first step" in progress
+    assert "[bench.compiled] tiny fp32 residual: 2 timed rounds" in progress
+
+
+def test_every_row_is_written_as_it_is_measured(tmp_path, monkeypatch):
+    """A run stopped after its first scheme (a time limit, a crash) keeps that scheme's row, marked incomplete."""
+
+    def fresh_process(function, threads, **kwargs):
+        if kwargs["scheme"] == "hc":
+            raise RuntimeError("side_by_side of tiny failed (exit status 124)")
+        return measured(0.010, 0.012, 0.008)
+
+    monkeypatch.setattr(isolation, "in_fresh_process", fresh_process)
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="exit status 124"):
+        compiled.main(["--device", "cpu", "--sizes", "tiny", "--schemes", "residual", "hc", "--out", str(out)])
+    record = json.loads((out / "compiled.json").read_text())
+    assert record["complete"] is False
+    assert [r["scheme"] for r in record["rows"]] == ["residual"]
+    assert record["rows"][0]["compiled_over_eager"] == pytest.approx(1.5)
+    assert "| tiny | fp32 | residual |" in (out / "compiled.md").read_text()
+
+    compiled.main(["--device", "cpu", "--sizes", "tiny", "--schemes", "residual", "--out", str(out)])
+    assert json.loads((out / "compiled.json").read_text())["complete"] is True
