@@ -217,6 +217,30 @@ def finished(specs: Sequence[RunSpec], data: Dict, args) -> List[Dict]:
     return [json.loads(f.read_text()) for f in (record_file(s, data, args) for s in specs) if f.exists()]
 
 
+def under_way(specs: Sequence[RunSpec], data: Dict, args) -> List[Dict]:
+    """The planned runs that have validated at least once and not finished: where each one is (``--work``'s logs).
+    A snapshot for the report while the study runs; a finished run's record replaces it."""
+    found = []
+    for spec in specs:
+        if record_file(spec, data, args).exists():
+            continue
+        key = run_key(spec, args, data["sha256"], data["fingerprints"][spec])
+        out_file = Path(args.work) / "runs" / f"{spec.name}-{key}" / "train.out"
+        curve = read_log(out_file).valid if out_file.exists() else []
+        if curve:
+            found.append({"name": spec.name, "update": curve[-1][0], "best_valid_loss": min(v for _, v in curve)})
+    return found
+
+
+def under_way_text(runs: Sequence[Dict], date: str) -> str:
+    if not runs:
+        return ""
+    where = "; ".join(
+        f"{r['name']} at update {r['update']} (best validation loss {r['best_valid_loss']:.3f})" for r in runs
+    )
+    return f"Under way when this report was written ({date[:16].replace('T', ' ')} UTC; not results): {where}."
+
+
 def run_all(specs: List[RunSpec], data: Dict, args, started: float, report) -> List[Dict]:
     """The plan with ``args.jobs`` concurrent trainings, printing progress; ``report()`` after each finished run, so
     that the report, the README's table and the records in ``OUT/runs`` always hold every run finished so far."""
@@ -307,17 +331,21 @@ def publish(results: Dict, pages: Sequence[Path]) -> None:
         write_block(page, *README_BLOCK, published_block(results))
 
 
-def write_report(results: List[Dict], meta: Dict, out: Path):
+def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[Dict] = ()):
+    """The report (README.md, curves, results.json) of the finished ``results``; ``running``: ``under_way``'s
+    snapshot of the runs not finished yet, named with the time of writing."""
     from .lm_study import curve_panels
     from .plotting import plot_loss_curves
 
     out.mkdir(parents=True, exist_ok=True)
+    snapshot = under_way_text(running, meta["provenance"]["date"])
     if not results:
         planned = ", ".join(meta["planned"])
         write_text(
             out / "README.md",
             f"# The Bible study: no run has finished yet\n\nPlanned: {planned}.\n\n"
-            f"Started with:\n\n    {meta['command']}\n",
+            + (f"{snapshot}\n\n" if snapshot else "")
+            + f"Started with:\n\n    {meta['command']}\n",
         )
         return
     by_cell: Dict[str, List[Dict]] = {}
@@ -346,8 +374,10 @@ def write_report(results: List[Dict], meta: Dict, out: Path):
     signature = next((r["sacrebleu_signature"] for r in results if r.get("sacrebleu_signature")), "n/a")
     hours = sum(r["train_seconds"] for r in results) / 3600
     left = [name for name in meta.get("planned", []) if name not in {r["name"] for r in results}]
-    progress = f"**{len(results)} of the {len(meta.get('planned', results))} planned runs have finished**" + (
-        f"; not yet trained (the plan's order: the next sessions train them): {', '.join(left)}." if left else "."
+    progress = (
+        f"**{len(results)} of the {len(meta.get('planned', results))} planned runs have finished**"
+        + (f"; not yet trained (the plan's order: the next sessions train them): {', '.join(left)}." if left else ".")
+        + (f"\n\n{snapshot}" if snapshot else "")
     )
     body = f"""# Where training ends: the schemes trained to their plateau on the Spanish-English Bible
 
@@ -487,7 +517,7 @@ def main(argv=None):
 
     def report():
         results = finished(specs, data, args)
-        write_report(results, {**meta, "provenance": provenance()}, Path(args.out))
+        write_report(results, {**meta, "provenance": provenance()}, Path(args.out), under_way(specs, data, args))
         if results and Path(args.out).resolve() == DEFAULT_OUT.resolve():
             publish({**meta, "provenance": provenance(), "runs": results}, PAGES)
         return results

@@ -224,3 +224,29 @@ def test_a_runs_key_is_the_same_in_a_checkout_at_another_path(monkeypatch):
     monkeypatch.setattr(bible_study, "PLUGIN_DIR", "/elsewhere/fairseq_residual")
     assert "/elsewhere/fairseq_residual" in bible_study.training_args("D", "S", spec, args, 0)
     assert bible_study.run_key(spec, args, "d" * 64, "fp") == key
+
+
+def test_the_report_names_the_runs_under_way_and_where_they_are_until_they_finish(tmp_path, monkeypatch):
+    trainer = FakeTrainer(plateau_curve, kill_at=1100)
+    monkeypatch.setattr(bible_study, "run_training", trainer)
+    monkeypatch.setattr(bible_study, "average_and_score", lambda *a: {"bleu": 12.5, "sacrebleu": 11.0})
+    args = study_args(tmp_path)
+    started, waiting = RunSpec("pre", 6, True, 1), RunSpec("post", 6, True, 1)
+    data = {"databin": "D", "sha256": "d" * 64, "fingerprints": {started: "fp", waiting: "fp2"}}
+    records, runs = tmp_path / "o" / "runs", tmp_path / "w" / "runs"
+    with pytest.raises(RunError):  # killed at update 1100: validated at 250 ... 1000
+        bible_study.run_one(started, data, args, records, runs)
+    running = bible_study.under_way([started, waiting], data, args)
+    assert running == [{"name": "pre-e6d6-warmup-seed1", "update": 1000, "best_valid_loss": 4.6}]
+
+    meta = {"command": "cmd", "planned": [started.name, waiting.name], "provenance": {"date": "2026-12-04T17:05:09"}}
+    bible_study.write_report([], meta, tmp_path / "report", running)
+    readme = (tmp_path / "report" / "README.md").read_text()
+    assert "no run has finished yet" in readme
+    assert (
+        "Under way when this report was written (2026-12-04 17:05 UTC; not results): pre-e6d6-warmup-seed1 at update "
+        "1000 (best validation loss 4.600)." in readme
+    )
+
+    bible_study.run_one(started, data, args, records, runs)  # resumed to its plateau: finished, no longer under way
+    assert bible_study.under_way([started, waiting], data, args) == []
