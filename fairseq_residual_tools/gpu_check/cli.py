@@ -71,9 +71,10 @@ def prepare_data(args):
     return prepare_demo_data(plan.corpus_root(args), seed=settings["seed"], bpe_merges=merges, **corpus)
 
 
-def print_plan(parts: List[plan.Part]) -> None:
+def print_plan(parts: List[plan.Part], only: Sequence[str] = ()) -> None:
+    left_out = " (not in this run: --only)" if only else " (opt-in: not in the default run)"
     for part in parts:
-        mode = "" if part.default else " (opt-in: not in the default run)"
+        mode = "" if part.default else left_out
         print(f"\n## {part.name}: {part.title}: about {part.estimate_s:.0f} s{mode}")
         for run in part.runs + part.then:
             what = "scoring" if run in part.then else "run"
@@ -82,7 +83,8 @@ def print_plan(parts: List[plan.Part]) -> None:
             print(f"- {what} {run.label}: about {run.estimate_s:.0f} s{updates}{skip}\n  {shlex.join(run.command)}")
     total = plan.default_seconds(parts)
     print(
-        f"\nbundle install {plan.BUNDLE_INSTALL_S:.0f} s, data {plan.DATA_S:.0f} s; default parts in all: about "
+        f"\nbundle install {plan.BUNDLE_INSTALL_S:.0f} s, data {plan.DATA_S:.0f} s; "
+        f"{'the parts of --only' if only else 'default parts'} in all: about "
         f"{total:.0f} s ({total / 60:.1f} min; budget {plan.BUDGET_S / 60:.0f} min)"
     )
     print(f"estimates: {describe_assumptions()}")
@@ -189,7 +191,7 @@ def run(args) -> Dict:
         )
     parts = plan.build(args, estimator, len(gpus))
     if args.dry_run:
-        print_plan(parts)
+        print_plan(parts, args.only)
         return {}
     out, work = Path(args.out), Path(args.work)
     logs = work / "logs"
@@ -290,6 +292,11 @@ def parse_args(argv: Sequence[str]):
         action="store_true",
         help="add the training-throughput comparison, eager and --torch-compile (opt-in: ~8 min)",
     )
+    parser.add_argument(
+        "--only",
+        help=f"run only these parts, comma-separated, from {list(plan.PART_NAMES)} (e.g. compiled: the opt-in part "
+        "alone, with the whole budget)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print every run with its estimate; run nothing")
     parser.add_argument("--cpu-tiny", action="store_true", help="run every part on the CPU at tiny sizes")
     parser.add_argument("--calibrate", action="store_true", help="measure the estimates' inputs on this machine")
@@ -326,6 +333,9 @@ def parse_args(argv: Sequence[str]):
         )
     if plan.REFERENCE not in args.schemes:
         parser.error(f"--schemes must include {plan.REFERENCE} (the speed ratios are to Pre-LN)")
+    args.only = [p for p in (args.only or "").split(",") if p]
+    if any(p not in plan.PART_NAMES for p in args.only):
+        parser.error(f"--only {','.join(args.only)}: choose parts from {','.join(plan.PART_NAMES)}")
     if args.depths:
         try:
             args.depths = tuple(int(d) for d in args.depths.split(","))

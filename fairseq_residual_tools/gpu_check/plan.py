@@ -334,6 +334,16 @@ def scale_of(args) -> Scale:
     return replace(scale, claims_depths=args.depths) if args.depths else scale
 
 
+#: the parts, in the order they run; ``--only`` picks from these
+PART_NAMES = ("precision", "claims", "bench", "compiled")
+
+
+def chosen(args, name: str, default: bool) -> bool:
+    """Whether part ``name`` runs: the parts of ``--only`` if given, else the default ones (and the opt-in asked for)."""
+    only = getattr(args, "only", None)
+    return name in only if only else default
+
+
 def build(args, estimator: Estimator, gpus: int, spent: Optional[float] = None) -> List[Part]:
     """The parts, in order, with their runs' commands and estimates (``args``: the command line's). ``spent``: the
     seconds the check has run (a run rebuilds the plan before each part: the claims get the time left)."""
@@ -366,6 +376,7 @@ def build(args, estimator: Estimator, gpus: int, spent: Optional[float] = None) 
             "a torchrun launch beside it",
             runs,
             max(r.estimate_s for r in runs if not r.skip),
+            default=chosen(args, "precision", True),
         )
     )
 
@@ -380,6 +391,7 @@ def build(args, estimator: Estimator, gpus: int, spent: Optional[float] = None) 
                 "Benchmark on the GPU",
                 [Run("bench", cmd, "bench.log", _bench_estimate(estimator, scale, schemes))],
                 0.0,
+                default=chosen(args, "bench", True),
             )
         )
     compiled_schemes = list(bench_schemes(args))
@@ -390,14 +402,14 @@ def build(args, estimator: Estimator, gpus: int, spent: Optional[float] = None) 
             "Training throughput: stock eager, plugin eager, plugin compiled",
             [Run("compiled", compiled_command(out, scale, compiled_schemes), "compiled.log", compiled_s)],
             0.0,
-            default=args.with_compiled,
+            default=chosen(args, "compiled", args.with_compiled),
         )
     )
     for part in later:
         part.estimate_s = sum(r.estimate_s for r in part.runs)
 
     # 2. claims: sixteen trainings at once for the time left, then sixteen BLEU scorings at once
-    before = BUNDLE_INSTALL_S + DATA_S + parts[0].estimate_s if spent is None else spent
+    before = BUNDLE_INSTALL_S + DATA_S + parts[0].estimate_s * parts[0].default if spent is None else spent
     used = before + sum(p.estimate_s for p in later if p.default)
     score_s = start + 5.0
     train_s = max(60.0, BUDGET_S - used - score_s)
@@ -432,7 +444,12 @@ def build(args, estimator: Estimator, gpus: int, spent: Optional[float] = None) 
             generate = generate_command(databin, save_dir, cpu=scale.cpu)
             scoring.append(Run(label, generate, f"bleu-{name}.log", score_s, save_dir=save_dir))
     claims = Part(
-        "claims", "The paper's depth and warmup claims on the embedded corpus", runs, train_s + score_s, then=scoring
+        "claims",
+        "The paper's depth and warmup claims on the embedded corpus",
+        runs,
+        train_s + score_s,
+        default=chosen(args, "claims", True),
+        then=scoring,
     )
     return [parts[0], claims, *later]
 

@@ -125,6 +125,7 @@ def test_the_cpu_path_runs_every_part_at_tiny_sizes_and_says_why_plain_fp16_is_l
         (["--precisions", "fp8"], "unknown scheme or precision fp8"),
         (["--schemes", "post,residual"], "must include pre"),
         (["--depths", "6,x"], "comma-separated layer counts"),
+        (["--only", "compiled,speed"], "--only compiled,speed: choose parts from precision,claims,bench,compiled"),
     ],
 )
 def test_bad_arguments_are_refused(argv, message, capsys):
@@ -147,3 +148,17 @@ def test_siamese_and_attention_residuals_are_opt_in_as_hc_is_and_join_the_claims
     assert parse_args(["--with-hc", "--with", "hc,siamese"]).with_schemes == ["hc", "siamese"]
     with pytest.raises(SystemExit):
         parse_args(["--with", "keel"])
+
+
+def test_only_runs_the_parts_named_and_the_claims_then_get_the_whole_budget(estimator, tmp_path):
+    """The H200's first run left no device time for the opt-in compiled part: --only compiled runs it alone."""
+    compiled = parts_of(["--only", "compiled", "--out", str(tmp_path)], estimator)
+    assert [p.name for p in compiled.values() if p.default] == ["compiled"]
+    assert plan.default_seconds(list(compiled.values())) <= plan.BUDGET_S  # it fits alone, as it did not beside them
+    default = parts_of(["--out", str(tmp_path)], estimator)
+    claims = parts_of(["--only", "claims", "--out", str(tmp_path)], estimator)
+    assert [p.name for p in claims.values() if p.default] == ["claims"]
+    # with neither the precision part before them nor the bench after, the claims train for all the time left
+    gained = default["precision"].estimate_s + default["bench"].estimate_s
+    assert claims["claims"].estimate_s - default["claims"].estimate_s == pytest.approx(gained)
+    assert plan.default_seconds(list(claims.values())) == pytest.approx(plan.BUDGET_S)
