@@ -339,7 +339,7 @@ PART_NAMES = ("precision", "claims", "bench", "compiled")
 
 
 def chosen(args, name: str, default: bool) -> bool:
-    """Whether part ``name`` runs: the parts of ``--only`` if given, else the default ones (and the opt-in asked for)."""
+    """Whether part ``name`` runs: the parts of ``--only`` if given, else the default ones and the opt-in asked for."""
     only = getattr(args, "only", None)
     return name in only if only else default
 
