@@ -120,32 +120,51 @@ def training_args(databin, save_dir, spec: RunSpec, args, max_update: int) -> Li
 
 def run_key(spec: RunSpec, args, data_sha: str, fingerprint: str) -> str:
     """What makes a run this run: its fairseq-train arguments (folders, the checkout's path and the moving
-    --max-update aside), where it stops, what is averaged, the data-bin's bytes and the model's fingerprint."""
+    --max-update aside), its plateau rule, what is averaged, the data-bin's bytes and the model's fingerprint. Not the
+    cap: training to update U is the same under any cap above U, so a raised cap trains a capped run on
+    (``current_record``)."""
     train = ["PLUGIN" if a == str(PLUGIN_DIR) else a for a in training_args("DATA", "SAVE", spec, args, 0)]
-    stop = [args.max_update_cap, asdict(plateau_rule(args))]
-    return hashlib.sha256(json.dumps([train, stop, data_sha, fingerprint]).encode()).hexdigest()[:12]
+    named = json.dumps([train, asdict(plateau_rule(args)), data_sha, fingerprint])
+    return hashlib.sha256(named.encode()).hexdigest()[:12]
 
 
 def plateau_rule(args) -> Plateau:
     return Plateau(fraction=args.plateau_fraction, min_updates=args.plateau_min_updates)
 
 
-def stop_reason(out_file: Path, args) -> Optional[Dict]:
-    """Why the run's training is over, or None: diverged by the rule's NaN / explosion tests (later updates cannot
-    undo those), plateaued, or at the cap. ``{"stop": ..., "end_update": U}``."""
-    if not out_file.exists():
-        return None
-    log = read_log(out_file)
-    verdict = str(outcome(out_file)["fails"] or "")
-    end = log.valid[-1][0] if log.valid else (log.train[-1][0] if log.train else 0)
+def judge(valid: Sequence, last_train: int, verdict: str, args) -> Optional[Dict]:
+    """Why a run with validation curve ``valid`` is over, or None: diverged by the rule's NaN / explosion tests
+    (later updates cannot undo those), plateaued, or at the cap; only the validations up to the cap count.
+    ``{"stop": ..., "end_update": U}``."""
+    valid = [(u, loss) for u, loss in valid if u <= args.max_update_cap]
+    end = valid[-1][0] if valid else last_train
     if verdict and ("NaN" in verdict or "exploded" in verdict):
         return {"stop": f"diverged: {verdict}", "end_update": end}
-    plateaued = plateau_rule(args).reached(log.valid)
+    plateaued = plateau_rule(args).reached(valid)
     if plateaued is not None:
         return {"stop": "plateau", "end_update": plateaued}
     if end >= args.max_update_cap:
         return {"stop": f"reached --max-update-cap {args.max_update_cap} before the plateau", "end_update": end}
     return None
+
+
+def stop_reason(out_file: Path, args) -> Optional[Dict]:
+    """``judge`` of the run's log so far, or None while it has none."""
+    if not out_file.exists():
+        return None
+    log = read_log(out_file)
+    last_train = log.train[-1][0] if log.train else 0
+    return judge(log.valid, last_train, str(outcome(out_file)["fails"] or ""), args)
+
+
+def current_record(path: Path, args) -> Optional[Dict]:
+    """The record at ``path`` if its run ends there under ``args`` too; None if there is none, or if it stopped at
+    another cap than today's (the study then trains it on from its checkpoints, or judges it again)."""
+    if not path.exists():
+        return None
+    record = json.loads(path.read_text())
+    now = judge(record["valid_curve"], record["end_update"], record["fails"] or "", args)
+    return record if now == {"stop": record["stop"], "end_update": record["end_update"]} else None
 
 
 def train_to_end(spec: RunSpec, databin: Path, save_dir: Path, args, label: str) -> Dict:
@@ -189,15 +208,23 @@ def run_one(spec: RunSpec, data: Dict, args, records: Path, runs_dir: Path) -> D
     train = training_args("DATA", "SAVE", spec, args, 0)
     key = run_key(spec, args, data["sha256"], data["fingerprints"][spec])
     record_file = records / f"{spec.name}-{key}.json"
+    record = current_record(record_file, args)
+    if record is not None:
+        return dict(record, reused=True)
     if record_file.exists():
-        return dict(json.loads(record_file.read_text()), reused=True)
+        print(
+            f"    [{spec.name}] its record ended at another cap: judged again at --max-update-cap "
+            f"{args.max_update_cap}, trained on from its checkpoints if it needs more",
+            flush=True,
+        )
     save_dir = runs_dir / f"{spec.name}-{key}"
     save_dir.mkdir(parents=True, exist_ok=True)
     git = describe_git(git_state())  # the code this attempt's training loads
     started = time.time()
     stop = train_to_end(spec, data["databin"], save_dir, args, spec.name)
     result = dict(asdict(spec), name=spec.name, key=key, train_command=" ".join(map(str, train[1:])), git=git)
-    result.update(fingerprint=data["fingerprints"][spec], **stop, **outcome(save_dir / "train.out"))
+    result.update(fingerprint=data["fingerprints"][spec], max_update_cap=args.max_update_cap, **stop)
+    result.update(outcome(save_dir / "train.out"))
     result["best_valid_loss"] = min((loss for _, loss in result["valid_curve"]), default=None)
     result.update(bleu=None, sacrebleu=None)
     if result["fails"] is None:
@@ -215,7 +242,7 @@ def record_file(spec: RunSpec, data: Dict, args) -> Path:
 
 def finished(specs: Sequence[RunSpec], data: Dict, args) -> List[Dict]:
     """The records of the planned runs that have finished, in the plan's order."""
-    return [json.loads(f.read_text()) for f in (record_file(s, data, args) for s in specs) if f.exists()]
+    return [r for r in (current_record(record_file(s, data, args), args) for s in specs) if r is not None]
 
 
 def under_way(specs: Sequence[RunSpec], data: Dict, args) -> List[Dict]:
@@ -223,7 +250,7 @@ def under_way(specs: Sequence[RunSpec], data: Dict, args) -> List[Dict]:
     A snapshot for the report while the study runs; a finished run's record replaces it."""
     found = []
     for spec in specs:
-        if record_file(spec, data, args).exists():
+        if current_record(record_file(spec, data, args), args) is not None:
             continue
         key = run_key(spec, args, data["sha256"], data["fingerprints"][spec])
         out_file = Path(args.work) / "runs" / f"{spec.name}-{key}" / "train.out"
@@ -438,9 +465,10 @@ Curves: [valid_loss.png](valid_loss.png) (whole runs), [valid_loss_zoom.png](val
   splits whole chapters), {data["verses"]["chapters_dropped"]} chapters left out where the modules' verses do not pair.
 - Models: E6D6 / E12D12 `residual_transformer_iwslt_de_en` at width {s["dim"]}, FFN {4 * s["dim"]}, 4 heads, shared
   embeddings; attention and activation dropout 0.1, Adam (0.9, 0.98), weight decay 1e-4, label smoothing 0.1, fp32,
-  no clipping: the paper's IWSLT recipe; dropout {s["dropout"]:g} (the paper's: 0.3). Peak lr {s["lr"]:g}, inverse_sqrt over {s["warmup"]} warmup
-  updates from 1e-7 (warmup "no": starting at the peak, constant for {s["warmup"]} updates, then the same decay);
-  {s["max_tokens"]} tokens a batch; validation and a checkpoint every {s["validate_every"]} updates.
+  no clipping: the paper's IWSLT recipe; dropout {s["dropout"]:g} (the paper's: 0.3). Peak lr {s["lr"]:g},
+  inverse_sqrt over {s["warmup"]} warmup updates from 1e-7 (warmup "no": starting at the peak, constant for
+  {s["warmup"]} updates, then the same decay); {s["max_tokens"]} tokens a batch; validation and a checkpoint every
+  {s["validate_every"]} updates.
 - BLEU: the last {s["average"]} interval checkpoints up to the end averaged, `fairseq-generate` beam 5, max length
   1.2 x source + 10, BPE removed.
 - Machine: {s["jobs"]} runs at a time, one torch thread each, `nice -n 5`; {hours:.1f} hours of training summed over the

@@ -28,12 +28,12 @@ def test_the_plan_trains_e6d6_with_warmup_for_every_seed_first_and_the_deep_no_w
     assert [s.name for s in one] == ["residual-e6d6-warmup-seed1", "residual-e6d6-nowarmup-seed1"]
 
 
-def test_a_runs_key_changes_with_what_it_computes_and_where_it_stops_only():
+def test_a_runs_key_changes_with_what_it_computes_and_its_plateau_rule_only():
     spec, args = RunSpec("residual", 6, True, 1), bible_study.parse_args([])
     key = bible_study.run_key(spec, args, "d" * 64, "fp")
-    same = bible_study.parse_args(["--jobs", "1", "--work", "/x", "--out", "/y", "--zoom-from", "5"])
-    assert bible_study.run_key(spec, same, "d" * 64, "fp") == key
-    for other in (["--lr", "1e-3"], ["--dropout", "0.1"], ["--max-update-cap", "9000"], ["--plateau-fraction", "0.02"], ["--average", "3"]):
+    same = ["--jobs", "1", "--work", "/x", "--out", "/y", "--zoom-from", "5", "--max-update-cap", "9000"]
+    assert bible_study.run_key(spec, bible_study.parse_args(same), "d" * 64, "fp") == key
+    for other in (["--lr", "1e-3"], ["--dropout", "0.1"], ["--plateau-fraction", "0.02"], ["--average", "3"]):
         assert bible_study.run_key(spec, bible_study.parse_args(other), "d" * 64, "fp") != key
     assert bible_study.run_key(spec, args, "e" * 64, "fp") != key
     assert bible_study.run_key(spec, args, "d" * 64, "other code") != key
@@ -180,6 +180,27 @@ def test_a_finished_run_is_recorded_under_its_key_and_reused_without_training(tm
     assert (tmp_path / "report" / "valid_loss.png").stat().st_size > 0 and (
         tmp_path / "report" / "valid_loss_zoom.png"
     ).exists()
+
+
+def test_a_run_that_stopped_at_the_cap_trains_on_when_the_cap_rises_and_a_plateaued_one_is_kept(tmp_path, monkeypatch):
+    trainer = FakeTrainer(plateau_curve)
+    monkeypatch.setattr(bible_study, "run_training", trainer)
+    monkeypatch.setattr(bible_study, "average_and_score", lambda databin, save_dir, end, args: {"bleu": end / 100})
+    spec = RunSpec("pre", 6, True, 1)
+    data = {"databin": "D", "sha256": "d" * 64, "fingerprints": {spec: "fp"}}
+    records, runs = tmp_path / "o" / "runs", tmp_path / "w" / "runs"
+
+    def run(cap):
+        return bible_study.run_one(spec, data, study_args(tmp_path, "--max-update-cap", cap), records, runs)
+
+    capped = run("1500")
+    assert (capped["end_update"], capped["max_update_cap"], capped["bleu"]) == (1500, 1500, 15.0)
+    assert capped["stop"].startswith("reached --max-update-cap 1500") and run("1500")["reused"]
+    assert trainer.targets == list(range(250, 1501, 250))
+    raised = run("4000")  # the same run trained on from update 1500, not from the start
+    assert (raised["reused"], raised["stop"], raised["end_update"], raised["bleu"]) == (False, "plateau", 2500, 25.0)
+    assert trainer.targets == list(range(250, 2501, 250)) and len(list(records.iterdir())) == 1
+    assert run("4000")["reused"] and run("9000")["reused"] and len(trainer.targets) == 10
 
 
 def test_options_that_cannot_make_a_study_stop_in_one_line():
