@@ -33,7 +33,7 @@ def test_a_runs_key_changes_with_what_it_computes_and_its_plateau_rule_only():
     key = bible_study.run_key(spec, args, "d" * 64, "fp")
     same = ["--jobs", "1", "--work", "/x", "--out", "/y", "--zoom-from", "5", "--max-update-cap", "9000"]
     assert bible_study.run_key(spec, bible_study.parse_args(same), "d" * 64, "fp") == key
-    for other in (["--lr", "1e-3"], ["--dropout", "0.1"], ["--plateau-fraction", "0.02"], ["--average", "3"]):
+    for other in (["--lr", "1e-3"], ["--dropout", "0.3"], ["--plateau-fraction", "0.02"], ["--average", "3"]):
         assert bible_study.run_key(spec, bible_study.parse_args(other), "d" * 64, "fp") != key
     assert bible_study.run_key(spec, args, "e" * 64, "fp") != key
     assert bible_study.run_key(spec, args, "d" * 64, "other code") != key
