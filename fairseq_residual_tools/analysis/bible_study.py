@@ -367,12 +367,15 @@ def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[D
 
     out.mkdir(parents=True, exist_ok=True)
     snapshot = under_way_text(running, meta["provenance"]["date"])
+    summary_file = out / "summary.md"
+    reading = summary_file.read_text().strip() if summary_file.exists() else ""
     if not results:
         planned = ", ".join(meta["planned"])
         write_text(
             out / "README.md",
             f"# The Bible study: no run has finished yet\n\nPlanned: {planned}.\n\n"
             + (f"{snapshot}\n\n" if snapshot else "")
+            + (f"{reading}\n\n" if reading else "")
             + f"Started with:\n\n    {meta['command']}\n",
         )
         return
@@ -396,8 +399,6 @@ def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[D
             legend="outside",
         )
     write_json(out / "results.json", {**meta, "runs": results})
-    summary_file = out / "summary.md"
-    reading = summary_file.read_text().strip() if summary_file.exists() else ""
     s, data = meta["settings"], meta["data"]
     signature = next((r["sacrebleu_signature"] for r in results if r.get("sacrebleu_signature")), "n/a")
     hours = sum(r["train_seconds"] for r in results) / 3600

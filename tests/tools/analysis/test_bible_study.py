@@ -261,9 +261,11 @@ def test_the_report_names_the_runs_under_way_and_where_they_are_until_they_finis
     assert running == [{"name": "pre-e6d6-warmup-seed1", "update": 1000, "best_valid_loss": 4.6}]
 
     meta = {"command": "cmd", "planned": [started.name, waiting.name], "provenance": {"date": "2026-12-04T17:05:09"}}
+    (tmp_path / "report").mkdir()
+    (tmp_path / "report" / "summary.md").write_text("## Why the recipe changed\n")
     bible_study.write_report([], meta, tmp_path / "report", running)
     readme = (tmp_path / "report" / "README.md").read_text()
-    assert "no run has finished yet" in readme
+    assert "no run has finished yet" in readme and "\n\n## Why the recipe changed\n\nStarted with:" in readme
     assert (
         "Under way when this report was written (2026-12-04 17:05 UTC; not results): pre-e6d6-warmup-seed1 at update "
         "1000 (best validation loss 4.600)." in readme
