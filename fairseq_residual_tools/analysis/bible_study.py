@@ -39,7 +39,7 @@ from ..runner import PLUGIN_DIR, RunError, fairseq_command
 from ..training_log import RULE as FAILS_RULE
 from ..training_log import outcome, read_log
 from .fingerprint import model_fingerprint
-from .plateau import Plateau
+from .plateau import Plateau, best_until
 from .study import RunSpec, failure_list, format_cell, print_validation, run_in_pool
 from .variants import check_variants, variant_flags
 
@@ -320,12 +320,20 @@ def paper_table() -> str:
     return table(["method", "warmup", "E6D6", "E12D12"], sorted(rows, key=lambda r: (r[1] == "no", r[0])))
 
 
-def run_list(results: List[Dict]) -> str:
+def last_quarter_gain(run: Dict, rule: Plateau) -> str:
+    """How much the run's best validation loss fell over the last quarter up to its end, the plateau rule's measure."""
+    end = run["end_update"]
+    before, now = best_until(run["valid_curve"], end * (1 - rule.window)), best_until(run["valid_curve"], end)
+    return f"{(before - now) / before:.1%}" if before and now is not None and end >= rule.min_updates else "-"
+
+
+def run_list(results: List[Dict], rule: Plateau) -> str:
     rows = [
         [
             r["name"],
             r["stop"],
             r["end_update"],
+            last_quarter_gain(r, rule),
             f"{r['best_valid_loss']:.3f}" if r["best_valid_loss"] is not None else "-",
             r["bleu"] if r["bleu"] is not None else "-",
             r["sacrebleu"] if r["sacrebleu"] is not None else "-",
@@ -334,7 +342,8 @@ def run_list(results: List[Dict]) -> str:
         ]
         for r in results
     ]
-    headers = ["run", "why it stopped", "at update", "best valid loss", "BLEU", "sacreBLEU", "hours", "verdict"]
+    headers = ["run", "why it stopped", "at update", "last quarter", "best valid loss", "BLEU", "sacreBLEU", "hours"]
+    headers.append("verdict")
     return table(headers, rows)
 
 
@@ -450,9 +459,10 @@ stopped. A failed run is not decoded.
 
 {failure_list(results)}
 
-Every run:
+Every run ("last quarter": how much its best validation loss fell over the last quarter of the run, the rule's
+measure):
 
-{run_list(results)}
+{run_list(results, plateau_rule(argparse.Namespace(**s)))}
 
 Curves: [valid_loss.png](valid_loss.png) (whole runs), [valid_loss_zoom.png](valid_loss_zoom.png) (from update
 {s["zoom_from"]}). Every run's numbers, curves, commands and provenance: [results.json](results.json) and

@@ -273,3 +273,13 @@ def test_the_report_names_the_runs_under_way_and_where_they_are_until_they_finis
 
     bible_study.run_one(started, data, args, records, runs)  # resumed to its plateau: finished, no longer under way
     assert bible_study.under_way([started, waiting], data, args) == []
+
+
+def test_the_report_gives_each_run_its_fall_over_the_last_quarter_the_plateau_rules_measure():
+    rule = bible_study.plateau_rule(bible_study.parse_args([]))
+    capped = {"end_update": 8000, "valid_curve": [[2000, 6.0], [6000, 5.0], [7000, 5.1], [8000, 4.85]]}
+    assert bible_study.last_quarter_gain(capped, rule) == "3.0%"  # best 5.0 at update 6000 -> 4.85 at 8000
+    flat = {"end_update": 4000, "valid_curve": [[2000, 5.0], [3000, 4.9], [3500, 4.95], [4000, 4.92]]}
+    assert bible_study.last_quarter_gain(flat, rule) == "0.0%"
+    early = {"end_update": 750, "valid_curve": [[250, 9.0], [500, 8.0], [750, 11.0]]}  # diverged before the rule
+    assert bible_study.last_quarter_gain(early, rule) == "-"
