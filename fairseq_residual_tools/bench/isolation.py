@@ -12,6 +12,7 @@ new pages -- as PyTorch's caching allocator behaves on a GPU.
 """
 
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -47,7 +48,15 @@ def in_fresh_process(function: str, threads: int, malloc: Optional[str] = None, 
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def quiet_root_logger() -> None:
+    """Give the root logger its WARNING level and a handler before fairseq is imported: importing fairseq's models
+    runs ``logging.basicConfig(level=DEBUG)`` (fairseq/models/wav2vec/wav2vec2_classification.py), which would print
+    every library's DEBUG lines (inductor's file locks: hundreds a compile); on a configured root it does nothing."""
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s:%(name)s:%(message)s")
+
+
 def _child(function: str, arguments: str) -> None:
+    quiet_root_logger()
     import torch
 
     from .compiled import side_by_side

@@ -369,3 +369,26 @@ def test_the_peak_probe_keeps_kineto_lines_off_stderr_and_everything_else_on_it(
     assert "] profiler_start" in plain  # what kineto prints: the premise
     assert probed == "the step's own line\n"
     assert int(proc.stdout) >= 2 * 4000
+
+
+def test_a_measuring_process_keeps_library_debug_lines_quiet_though_fairseqs_import_asks_for_them():
+    import subprocess
+    import sys
+
+    emit = "logging.getLogger('filelock').debug('Lock acquired'); logging.getLogger('filelock').warning('kept')"
+    bare = subprocess.run(
+        [sys.executable, "-c", f"import logging, fairseq.models; {emit}"], capture_output=True, text=True, check=True
+    )
+    assert "DEBUG:filelock:Lock acquired" in bare.stderr  # fairseq's import turned the root logger to DEBUG
+    child = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"import logging; from fairseq_residual_tools.bench import isolation; isolation.quiet_root_logger(); "
+            f"import fairseq.models; {emit}",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "Lock acquired" not in child.stderr and "WARNING:filelock:kept" in child.stderr
