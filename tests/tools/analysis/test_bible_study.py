@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from fairseq_residual_tools.analysis import bible_study
+from fairseq_residual_tools.analysis import bible_report, bible_study
 from fairseq_residual_tools.analysis.study import RunSpec
 from fairseq_residual_tools.errors import ConfigError
 from fairseq_residual_tools.provenance import provenance
@@ -174,7 +174,7 @@ def test_a_finished_run_is_recorded_under_its_key_and_reused_without_training(tm
         },
         "provenance": provenance(),
     }
-    bible_study.write_report(results, meta, tmp_path / "report")
+    bible_report.write_report(results, meta, tmp_path / "report")
     readme = (tmp_path / "report" / "README.md").read_text()
     assert "**the paper's, not\nmeasured here**" in readme and "| residual | yes      | 12.50" in readme
     assert (tmp_path / "report" / "valid_loss.png").stat().st_size > 0 and (
@@ -214,10 +214,10 @@ def test_the_readme_and_results_page_show_the_studys_table_as_its_results_json_h
     from fairseq_residual_tools.markdown import block_of
 
     results_json = bible_study.DEFAULT_OUT / "results.json"
-    for page in bible_study.PAGES:
-        shown = block_of(page, *bible_study.README_BLOCK)
+    for page in bible_report.PAGES:
+        shown = block_of(page, *bible_report.README_BLOCK)
         if results_json.exists():
-            expected = bible_study.published_block(json.loads(results_json.read_text()))
+            expected = bible_report.published_block(json.loads(results_json.read_text()))
             assert shown == expected, f"{page.name}: run the study with --report-only and commit what it writes"
         else:
             assert shown == "No run has finished yet."
@@ -225,14 +225,14 @@ def test_the_readme_and_results_page_show_the_studys_table_as_its_results_json_h
 
 def test_publish_writes_the_bleu_table_and_what_is_left_of_the_plan_between_the_markers(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text(f"before\n{bible_study.README_BLOCK[0]}\nold\n{bible_study.README_BLOCK[1]}\nafter\n")
+    page.write_text(f"before\n{bible_report.README_BLOCK[0]}\nold\n{bible_report.README_BLOCK[1]}\nafter\n")
     run = {"name": "pre-e6d6-warmup-seed1", "scheme": "pre", "layers": 6, "warmup": True, "seed": 1, "fails": None}
     results = {
         "planned": ["pre-e6d6-warmup-seed1", "post-e6d6-warmup-seed1"],
         "provenance": {"date": "2026-12-04T10:00:00"},
         "runs": [{**run, "bleu": 20.25, "git": "abc1234"}],
     }
-    bible_study.publish(results, [page])
+    bible_report.publish(results, [page])
     text = page.read_text()
     assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
     assert "| pre      | yes      | 20.25  |" in text
@@ -263,7 +263,7 @@ def test_the_report_names_the_runs_under_way_and_where_they_are_until_they_finis
     meta = {"command": "cmd", "planned": [started.name, waiting.name], "provenance": {"date": "2026-12-04T17:05:09"}}
     (tmp_path / "report").mkdir()
     (tmp_path / "report" / "summary.md").write_text("## Why the recipe changed\n")
-    bible_study.write_report([], meta, tmp_path / "report", running)
+    bible_report.write_report([], meta, tmp_path / "report", running)
     readme = (tmp_path / "report" / "README.md").read_text()
     assert "no run has finished yet" in readme and "\n\n## Why the recipe changed\n\nStarted with:" in readme
     assert (
@@ -278,8 +278,8 @@ def test_the_report_names_the_runs_under_way_and_where_they_are_until_they_finis
 def test_the_report_gives_each_run_its_fall_over_the_last_quarter_the_plateau_rules_measure():
     rule = bible_study.plateau_rule(bible_study.parse_args([]))
     capped = {"end_update": 8000, "valid_curve": [[2000, 6.0], [6000, 5.0], [7000, 5.1], [8000, 4.85]]}
-    assert bible_study.last_quarter_gain(capped, rule) == "3.0%"  # best 5.0 at update 6000 -> 4.85 at 8000
+    assert bible_report.last_quarter_gain(capped, rule) == "3.0%"  # best 5.0 at update 6000 -> 4.85 at 8000
     flat = {"end_update": 4000, "valid_curve": [[2000, 5.0], [3000, 4.9], [3500, 4.95], [4000, 4.92]]}
-    assert bible_study.last_quarter_gain(flat, rule) == "0.0%"
+    assert bible_report.last_quarter_gain(flat, rule) == "0.0%"
     early = {"end_update": 750, "valid_curve": [[250, 9.0], [500, 8.0], [750, 11.0]]}  # diverged before the rule
-    assert bible_study.last_quarter_gain(early, rule) == "-"
+    assert bible_report.last_quarter_gain(early, rule) == "-"

@@ -1,0 +1,231 @@
+"""The Bible study's report (``bible_study``): the BLEU, sacreBLEU, end-update and loss tables by scheme, warmup and
+depth beside the paper's IWSLT table, every run's line, the validation curves, and the block that README.md and
+docs/results.md show between their markers (``publish``)."""
+
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+from ..files import write_json, write_text
+from ..markdown import table, write_block
+from ..provenance import ROOT, describe
+from ..training_log import RULE as FAILS_RULE
+from .plateau import Plateau, best_until
+from .study import failure_list, format_cell
+
+#: the paper's IWSLT-14 BLEU (shared/paper/README.md: its Table 1 and warmup ablation), for the report's side table
+PAPER_IWSLT = {
+    ("post", True): ("35.37", "fails"),
+    ("pre", True): ("35.12", "35.18"),
+    ("residual", True): ("35.63", "36.09"),
+    ("post", False): ("fails", "fails"),
+    ("pre", False): ("32.28", "31.82"),
+    ("residual", False): ("35.76", "35.57"),
+}
+
+#: the pages that show the study's table (``publish``), and the lines around it
+PAGES = (ROOT / "README.md", ROOT / "docs" / "results.md")
+README_BLOCK = (
+    "<!-- the Bible study's table, written from results/bible-study/results.json by the study: do not edit -->",
+    "<!-- end of the Bible study's table -->",
+)
+
+
+def under_way_text(runs: Sequence[Dict], date: str) -> str:
+    if not runs:
+        return ""
+    where = "; ".join(
+        f"{r['name']} at update {r['update']} (best validation loss {r['best_valid_loss']:.3f})" for r in runs
+    )
+    return f"Under way when this report was written ({date[:16].replace('T', ' ')} UTC; not results): {where}."
+
+
+def cell_table(results: List[Dict], key: str, digits: int) -> str:
+    """Rows: scheme x warmup (the paper's ablation layout); columns: depths; mean ± half-range over seeds."""
+    depths = sorted({r["layers"] for r in results})
+    rows = []
+    for scheme in dict.fromkeys(r["scheme"] for r in results):
+        for warmup in (True, False):
+            runs = [r for r in results if (r["scheme"], r["warmup"]) == (scheme, warmup)]
+            if runs:
+                cells = [format_cell([r for r in runs if r["layers"] == d], key, digits) for d in depths]
+                rows.append([scheme, "yes" if warmup else "no", *cells])
+    return table(["scheme", "warmup"] + [f"E{d}D{d}" for d in depths], rows)
+
+
+def paper_table() -> str:
+    rows = [[scheme, "yes" if warmup else "no", *cells] for (scheme, warmup), cells in PAPER_IWSLT.items()]
+    return table(["method", "warmup", "E6D6", "E12D12"], sorted(rows, key=lambda r: (r[1] == "no", r[0])))
+
+
+def last_quarter_gain(run: Dict, rule: Plateau) -> str:
+    """How much the run's best validation loss fell over the last quarter up to its end, the plateau rule's measure."""
+    end = run["end_update"]
+    before, now = best_until(run["valid_curve"], end * (1 - rule.window)), best_until(run["valid_curve"], end)
+    return f"{(before - now) / before:.1%}" if before and now is not None and end >= rule.min_updates else "-"
+
+
+def run_list(results: List[Dict], rule: Plateau) -> str:
+    rows = [
+        [
+            r["name"],
+            r["stop"],
+            r["end_update"],
+            last_quarter_gain(r, rule),
+            f"{r['best_valid_loss']:.3f}" if r["best_valid_loss"] is not None else "-",
+            r["bleu"] if r["bleu"] is not None else "-",
+            r["sacrebleu"] if r["sacrebleu"] is not None else "-",
+            f"{r['train_seconds'] / 3600:.1f}",
+            r["fails"] or "trained",
+        ]
+        for r in results
+    ]
+    headers = ["run", "why it stopped", "at update", "last quarter", "best valid loss", "BLEU", "sacreBLEU", "hours"]
+    headers.append("verdict")
+    return table(headers, rows)
+
+
+def published_block(results: Dict) -> str:
+    """What README.md and docs/results.md show of the study's results.json: the BLEU table, how much of the plan
+    has finished, and where the rest is."""
+    runs, planned = results["runs"], results["planned"]
+    left = [name for name in planned if name not in {r["name"] for r in runs}]
+    status = f"{len(runs)} of the {len(planned)} planned runs finished" + (
+        f"; not yet trained: {', '.join(left)}" if left else ""
+    )
+    made = f"{results['provenance']['date'][:10]}, runs trained at {', '.join(sorted({r['git'] for r in runs}))}"
+    return (
+        f"{cell_table(runs, 'bleu', 2)}\n\nTest BLEU (tokenised, as the paper's IWSLT table) at the end of each run, "
+        f"mean ± half-range over seeds. {status}. From `results/bible-study/results.json` ({made})."
+    )
+
+
+def publish(results: Dict, pages: Sequence[Path]) -> None:
+    """Replace the study's block of every page in ``pages`` with ``published_block(results)``."""
+    for page in pages:
+        write_block(page, *README_BLOCK, published_block(results))
+
+
+def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[Dict] = ()):
+    """The report (README.md, curves, results.json) of the finished ``results``; ``running``: ``under_way``'s
+    snapshot of the runs not finished yet, named with the time of writing."""
+    from .lm_study import curve_panels
+    from .plotting import plot_loss_curves
+
+    out.mkdir(parents=True, exist_ok=True)
+    snapshot = under_way_text(running, meta["provenance"]["date"])
+    summary_file = out / "summary.md"
+    reading = summary_file.read_text().strip() if summary_file.exists() else ""
+    if not results:
+        planned = ", ".join(meta["planned"])
+        write_text(
+            out / "README.md",
+            f"# The Bible study: no run has finished yet\n\nPlanned: {planned}.\n\n"
+            + (f"{snapshot}\n\n" if snapshot else "")
+            + (f"{reading}\n\n" if reading else "")
+            + f"Started with:\n\n    {meta['command']}\n",
+        )
+        return
+    by_cell: Dict[str, List[Dict]] = {}
+    for r in results:
+        by_cell.setdefault(f"E{r['layers']}D{r['layers']}, warmup {'yes' if r['warmup'] else 'no'}", []).append(r)
+    for name, zoom in (("valid_loss.png", None), ("valid_loss_zoom.png", meta["settings"]["zoom_from"])):
+        panels = {}
+        for cell, runs in by_cell.items():
+            for title, lines in curve_panels(runs, ".", zoom).items():
+                if zoom is None or "from update" in title:
+                    panels[cell + title.partition(" layers")[2]] = lines
+        plot_loss_curves(
+            panels,
+            "valid_curve",
+            out / name,
+            "Bible es-en, trained to the plateau (a CPU-scale run)",
+            "validation loss (label-smoothed CE, base 2)",
+            columns=min(2, len(panels)),
+            sharey=False,
+            legend="outside",
+        )
+    write_json(out / "results.json", {**meta, "runs": results})
+    s, data = meta["settings"], meta["data"]
+    rule = Plateau(fraction=s["plateau_fraction"], min_updates=s["plateau_min_updates"])
+    signature = next((r["sacrebleu_signature"] for r in results if r.get("sacrebleu_signature")), "n/a")
+    hours = sum(r["train_seconds"] for r in results) / 3600
+    left = [name for name in meta.get("planned", []) if name not in {r["name"] for r in results}]
+    progress = (
+        f"**{len(results)} of the {len(meta.get('planned', results))} planned runs have finished**"
+        + (f"; not yet trained (the plan's order: the next sessions train them): {', '.join(left)}." if left else ".")
+        + (f"\n\n{snapshot}" if snapshot else "")
+    )
+    body = f"""# Where training ends: the schemes trained to their plateau on the Spanish-English Bible
+
+A **CPU-scale run on another corpus**, not a reproduction of the paper's IWSLT-14 cells: width {s["dim"]} instead of
+256, {data["pairs"]["train"]:,} training verse pairs (Reina-Valera 1909 -> World English Bible) instead of about
+160,000 TED sentences, one CPU core per run. It answers, on real text, where each scheme ends, not how large the
+paper's differences are.
+
+{progress}
+
+{reading}
+
+## Test BLEU at the end (tokenised, lowercased: the measure of the paper's IWSLT table; mean ± half-range over seeds)
+
+{cell_table(results, "bleu", 2)}
+
+The paper's IWSLT-14 figures (de->en, 160k pairs, width 256, GPUs; shared/paper/README.md), **the paper's, not
+measured here**:
+
+{paper_table()}
+
+## sacreBLEU (Moses-detokenised output against the detokenised references)
+
+{cell_table(results, "sacrebleu", 2)}
+
+Signature: `{signature}`.
+
+## Where each run ended
+
+Plateau: {rule.describe()}; at most {s["max_update_cap"]} updates. Updates to the end
+(mean ± half-range):
+
+{cell_table(results, "end_update", 0)}
+
+Best validation loss:
+
+{cell_table(results, "best_valid_loss", 3)}
+
+"fails" is `fairseq_residual_tools.training_log.divergence` ({FAILS_RULE}), judged on the whole run where it
+stopped. A failed run is not decoded.
+
+{failure_list(results)}
+
+Every run ("last quarter": how much its best validation loss fell over the last quarter of the run, the rule's
+measure):
+
+{run_list(results, rule)}
+
+Curves: [valid_loss.png](valid_loss.png) (whole runs), [valid_loss_zoom.png](valid_loss_zoom.png) (from update
+{s["zoom_from"]}). Every run's numbers, curves, commands and provenance: [results.json](results.json) and
+[runs/](runs/).
+
+## Setting
+
+- Data: `data-prep/prepare-bible.sh --src {s["src"]} --tgt {s["tgt"]} --bpe-merges {s["bpe_merges"]}` (modules
+  {", ".join(f"{m['module']} {m['version']}" for m in data["modules"].values())}): {data["pairs"]["train"]:,} /
+  {data["pairs"]["valid"]:,} / {data["pairs"]["test"]:,} pairs (train after cleaning / valid / test, the held-out
+  splits whole chapters), {data["verses"]["chapters_dropped"]} chapters left out where the modules' verses do not pair.
+- Models: E6D6 / E12D12 `residual_transformer_iwslt_de_en` at width {s["dim"]}, FFN {4 * s["dim"]}, 4 heads, shared
+  embeddings; attention and activation dropout 0.1, Adam (0.9, 0.98), weight decay 1e-4, label smoothing 0.1, fp32,
+  no clipping: the paper's IWSLT recipe; dropout {s["dropout"]:g} (the paper's: 0.3). Peak lr {s["lr"]:g},
+  inverse_sqrt over {s["warmup"]} warmup updates from 1e-7 (warmup "no": starting at the peak, constant for
+  {s["warmup"]} updates, then the same decay); {s["max_tokens"]} tokens a batch; validation and a checkpoint every
+  {s["validate_every"]} updates.
+- BLEU: the last {s["average"]} interval checkpoints up to the end averaged, `fairseq-generate` beam 5, max length
+  1.2 x source + 10, BPE removed.
+- Machine: {s["jobs"]} runs at a time, one torch thread each, `nice -n 5`; {hours:.1f} hours of training summed over the
+  {len(results)} runs. Runs trained at {", ".join(sorted({r.get("git") or "?" for r in results}))} (per run in
+  results.json). This report: {describe(meta["provenance"])}
+
+Regenerate (resumable; a finished run's record in runs/ is reused):
+
+    {meta["command"]}
+"""
+    write_text(out / "README.md", body)
