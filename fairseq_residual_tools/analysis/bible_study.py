@@ -27,7 +27,7 @@ import time
 from dataclasses import asdict
 from functools import partial
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..average_checkpoints import numbered_checkpoints, write_average
 from ..commands import run_training
@@ -189,8 +189,8 @@ def run_one(spec: RunSpec, data: Dict, args, records: Path, runs_dir: Path) -> D
     """Reuse the run's record if this very run finished before; else train to its end, judge, average, score and
     write the record (last: a run killed before it resumes)."""
     train = training_args("DATA", "SAVE", spec, args, 0)
-    key = run_key(spec, args, data["sha256"], data["fingerprints"][spec])
-    record_file = records / f"{spec.name}-{key}.json"
+    key, name = run_name(spec, data, args)
+    record_file = records / f"{name}.json"
     record = current_record(record_file, args)
     if record is not None:
         return dict(record, reused=True)
@@ -200,7 +200,7 @@ def run_one(spec: RunSpec, data: Dict, args, records: Path, runs_dir: Path) -> D
             f"{args.max_update_cap}, trained on from its checkpoints if it needs more",
             flush=True,
         )
-    save_dir = runs_dir / f"{spec.name}-{key}"
+    save_dir = runs_dir / name
     save_dir.mkdir(parents=True, exist_ok=True)
     git = describe_git(git_state())  # the code this attempt's training loads
     started = time.time()
@@ -217,10 +217,16 @@ def run_one(spec: RunSpec, data: Dict, args, records: Path, runs_dir: Path) -> D
     return dict(result, reused=False)
 
 
+def run_name(spec: RunSpec, data: Dict, args) -> Tuple[str, str]:
+    """The run's key and its name ``<spec name>-<key>``: its record's file name in ``OUT/runs`` and its folder in
+    ``--work``/runs."""
+    key = run_key(spec, args, data["sha256"], data["fingerprints"][spec])
+    return key, f"{spec.name}-{key}"
+
+
 def record_file(spec: RunSpec, data: Dict, args) -> Path:
     """Where the run's record lies once it has finished: ``OUT/runs/<name>-<key>.json``."""
-    key = run_key(spec, args, data["sha256"], data["fingerprints"][spec])
-    return Path(args.out) / "runs" / f"{spec.name}-{key}.json"
+    return Path(args.out) / "runs" / f"{run_name(spec, data, args)[1]}.json"
 
 
 def finished(specs: Sequence[RunSpec], data: Dict, args) -> List[Dict]:
@@ -235,8 +241,7 @@ def under_way(specs: Sequence[RunSpec], data: Dict, args) -> List[Dict]:
     for spec in specs:
         if current_record(record_file(spec, data, args), args) is not None:
             continue
-        key = run_key(spec, args, data["sha256"], data["fingerprints"][spec])
-        out_file = Path(args.work) / "runs" / f"{spec.name}-{key}" / "train.out"
+        out_file = Path(args.work) / "runs" / run_name(spec, data, args)[1] / "train.out"
         curve = read_log(out_file).valid if out_file.exists() else []
         if curve:
             found.append({"name": spec.name, "update": curve[-1][0], "best_valid_loss": min(v for _, v in curve)})
