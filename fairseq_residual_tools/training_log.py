@@ -112,27 +112,42 @@ def divergence(log: TrainLog) -> Optional[str]:
 _STAMP = re.compile(r"^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d) \|")
 
 
-def _attempt_stamps(out_file: Path) -> List[List[datetime]]:
-    """fairseq's timestamps in a run's log, per attempt (``runner.run_logged`` starts each with a ``$ command`` line;
-    an interrupted run resumes in a new attempt)."""
-    attempts: List[List[datetime]] = [[]]
+def _attempts(out_file: Path) -> List[Tuple[List[datetime], List[int]]]:
+    """Each attempt of a run's log (``runner.run_logged`` starts each with a ``$ command`` line; an interrupted run
+    resumes in a new attempt) as fairseq's timestamps and the updates it validated at; attempts without a stamp
+    left out."""
+    attempts: List[Tuple[List[datetime], List[str]]] = [([], [])]
     for line in Path(out_file).read_text(encoding="utf-8", errors="replace").splitlines():
         if line.startswith("$"):
-            attempts.append([])
+            attempts.append(([], []))
         elif match := _STAMP.match(line):
-            attempts[-1].append(datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S"))
-    return [stamps for stamps in attempts if stamps]
+            attempts[-1][0].append(datetime.strptime(match.group(1), "%Y-%m-%d %H:%M:%S"))
+            attempts[-1][1].append(line)
+    return [(stamps, [u for u, _ in parse_log("\n".join(lines)).valid]) for stamps, lines in attempts if stamps]
 
 
 def training_seconds(out_file: Path) -> float:
     """Wall time fairseq-train ran, summed over attempts, from fairseq's timestamps."""
-    return round(sum((stamps[-1] - stamps[0]).total_seconds() for stamps in _attempt_stamps(out_file)), 1)
+    return round(sum((stamps[-1] - stamps[0]).total_seconds() for stamps, _ in _attempts(out_file)), 1)
+
+
+def seconds_per_update(out_file: Path) -> Optional[float]:
+    """The median over the attempts that validated of the attempt's wall time per update trained (from the update
+    the run had validated at before it to its own last validation; loading, validating and saving included): a run's
+    pace, which a pause (SIGSTOP) or a killed attempt inside ``training_seconds`` does not move. None before the
+    first validation."""
+    rates, done = [], 0
+    for stamps, validated in _attempts(out_file):
+        if validated and validated[-1] > done:
+            rates.append((stamps[-1] - stamps[0]).total_seconds() / (validated[-1] - done))
+            done = validated[-1]
+    return round(statistics.median(rates), 3) if rates else None
 
 
 def log_span(out_file: Path):
     """(first, last) fairseq timestamp of a run's log, over all its attempts."""
-    attempts = _attempt_stamps(out_file)
-    return (attempts[0][0], attempts[-1][-1]) if attempts else (None, None)
+    attempts = _attempts(out_file)
+    return (attempts[0][0][0], attempts[-1][0][-1]) if attempts else (None, None)
 
 
 def outcome(out_file: Path) -> Dict[str, object]:
@@ -145,4 +160,5 @@ def outcome(out_file: Path) -> Dict[str, object]:
         train_curve=log.train,
         valid_curve=log.valid,
         train_seconds=training_seconds(out_file),
+        seconds_per_update=seconds_per_update(out_file),
     )

@@ -75,11 +75,22 @@ def run_list(results: List[Dict], rule: Plateau) -> str:
             r["bleu"] if r["bleu"] is not None else "-",
             r["sacrebleu"] if r["sacrebleu"] is not None else "-",
             f"{r['train_seconds'] / 3600:.1f}",
+            f"{r['seconds_per_update']:.2f}" if r.get("seconds_per_update") else "-",
             r["fails"] or "trained",
         ]
         for r in results
     ]
-    headers = ["run", "why it stopped", "at update", "last quarter", "best valid loss", "BLEU", "sacreBLEU", "hours"]
+    headers = [
+        "run",
+        "why it stopped",
+        "at update",
+        "last quarter",
+        "best valid loss",
+        "BLEU",
+        "sacreBLEU",
+        "hours",
+        "s / update",
+    ]
     headers.append("verdict")
     return table(headers, rows)
 
@@ -198,7 +209,8 @@ stopped. A failed run is not decoded.
 {failure_list(results)}
 
 Every run ("last quarter": how much its best validation loss fell over the last quarter of the run, the rule's
-measure):
+measure; "hours": fairseq-train's wall time summed over the run's attempts, pauses and time shared with other jobs
+included; "s / update": its pace, the median attempt's wall time per update, `training_log.seconds_per_update`):
 
 {run_list(results, rule)}
 

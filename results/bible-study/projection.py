@@ -1,13 +1,12 @@
 """Where each run's plateau is projected, and how long an update takes: the figures of summary.md's envelope and of
 dropout-0.3/summary.md. For every training log under WORK/runs (default work/bible-study): the best validation loss's
 fall over the last quarter, a fit a + b * u^-c (scipy) to the curve from update FROM on and the first update at which
-the plateau rule (< 1 % over the last quarter) holds on the fit, and the median 250-update interval's seconds per
-update. An extrapolation, not a measurement of the plateau.
+the plateau rule (< 1 % over the last quarter) holds on the fit, and the run's seconds per update (its median attempt,
+``training_log.seconds_per_update``). An extrapolation, not a measurement of the plateau.
 
     .venv/bin/python results/bible-study/projection.py [WORK] > results/bible-study/projection.md
 """
 
-import statistics
 import sys
 from pathlib import Path
 
@@ -16,7 +15,7 @@ from scipy.optimize import curve_fit
 
 from fairseq_residual_tools.analysis.plateau import best_until
 from fairseq_residual_tools.provenance import describe, provenance
-from fairseq_residual_tools.training_log import _attempt_stamps, read_log
+from fairseq_residual_tools.training_log import read_log, seconds_per_update
 
 
 def power_law(u, a, b, c):
@@ -44,8 +43,7 @@ def main(work: Path) -> None:
         points = np.array([p for p in curve if p[0] >= start])
         params, _ = curve_fit(power_law, points[:, 0], points[:, 1], p0=[4, 100, 0.5], maxfev=20000)
         plateau = first_plateau_on(params, end)
-        intervals = [(s[-1] - s[0]).total_seconds() for s in _attempt_stamps(out) if len(s) > 1]
-        per_update = statistics.median(intervals) / 250
+        per_update = seconds_per_update(out)
         fit = ", ".join(f"{p:.3g}" for p in params)
         print(
             f"| {out.parent.name} | {dropout} | {end} | {(before - now) / before:.1%} | {start} | {fit} | "

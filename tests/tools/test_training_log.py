@@ -1,6 +1,6 @@
 """The shared "fails" rule reads fairseq logs and flags NaN, explosion and no progress."""
 
-from fairseq_residual_tools.training_log import divergence, parse_log
+from fairseq_residual_tools.training_log import divergence, parse_log, seconds_per_update, training_seconds
 
 
 def json_lines(losses, start=10):
@@ -116,3 +116,28 @@ def test_a_resumed_run_counts_each_update_once():
     log = parse_log("\n".join([json_lines([9.0, 8.0, 7.0]), valid, json_lines([7.1], start=30), valid]))
     assert log.train == [(10, 9.0), (20, 8.0), (30, 7.1)]
     assert log.valid == [(30, 8.5)]
+
+
+def attempt(start: str, seconds: int, valid_at: int = None) -> str:
+    """One fairseq-train attempt of a run's log: its command, a line at ``start`` (hh:mm:ss) and one ``seconds``
+    later, validating at ``valid_at`` if given."""
+    h, m, s = map(int, start.split(":"))
+    end = h * 3600 + m * 60 + s + seconds
+    last = f"2026-01-01 {end // 3600:02d}:{end // 60 % 60:02d}:{end % 60:02d} | INFO | "
+    last += f'valid | {{"valid_loss": "5.0", "valid_num_updates": "{valid_at}"}}' if valid_at else "train_inner | x"
+    return f"$ fairseq-train ...\n2026-01-01 {start} | INFO | start\n{last}\n"
+
+
+def test_a_runs_pace_is_its_median_attempt_so_a_pause_or_a_killed_attempt_does_not_move_it(tmp_path):
+    out = tmp_path / "train.out"
+    out.write_text(
+        attempt("10:00:00", 300, 250)  # 1.2 s per update
+        + attempt("10:05:00", 1000, 500)  # stopped (SIGSTOP) for 700 s of its 250 updates
+        + attempt("10:30:00", 200)  # killed before it validated: trained again by the next attempt
+        + attempt("11:00:00", 310, 750)
+        + attempt("11:10:00", 600, 1250)  # two intervals in one attempt
+    )
+    assert training_seconds(out) == 300 + 1000 + 200 + 310 + 600
+    assert seconds_per_update(out) == 1.22  # the median of 1.2, 1.2, 1.24 and 4.0 s per update
+    out.write_text(attempt("10:00:00", 200))
+    assert seconds_per_update(out) is None
