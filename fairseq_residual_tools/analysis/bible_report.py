@@ -10,7 +10,7 @@ from ..markdown import table, write_block
 from ..provenance import ROOT, describe
 from ..training_log import RULE as FAILS_RULE
 from .plateau import Plateau, best_until
-from .study import failure_list, format_cell
+from .study import ablation_table, failure_list
 
 #: the paper's IWSLT-14 BLEU (shared/paper/README.md: its Table 1 and warmup ablation), for the report's side table
 PAPER_IWSLT = {
@@ -40,16 +40,9 @@ def under_way_text(runs: Sequence[Dict], date: str) -> str:
 
 
 def cell_table(results: List[Dict], key: str, digits: int) -> str:
-    """Rows: scheme x warmup (the paper's ablation layout); columns: depths; mean ± half-range over seeds."""
-    depths = sorted({r["layers"] for r in results})
-    rows = []
-    for scheme in dict.fromkeys(r["scheme"] for r in results):
-        for warmup in (True, False):
-            runs = [r for r in results if (r["scheme"], r["warmup"]) == (scheme, warmup)]
-            if runs:
-                cells = [format_cell([r for r in runs if r["layers"] == d], key, digits) for d in depths]
-                rows.append([scheme, "yes" if warmup else "no", *cells])
-    return table(["scheme", "warmup"] + [f"E{d}D{d}" for d in depths], rows)
+    """Rows: scheme x warmup with a run (the paper's ablation layout); columns: depths; mean ± half-range over
+    seeds."""
+    return ablation_table(results, key, digits, first="scheme", only_run=True)
 
 
 def paper_table() -> str:

@@ -177,16 +177,18 @@ def _label(value) -> str:
     return ("yes" if value else "no") if isinstance(value, bool) else str(value)
 
 
-def ablation_table(results: List[Dict], key: str, digits: int) -> str:
-    """The paper's warmup-ablation layout: rows scheme x warmup, one column per depth."""
+def ablation_table(results: List[Dict], key: str, digits: int, first: str = "method", only_run: bool = False) -> str:
+    """The paper's warmup-ablation layout: rows scheme x warmup (``only_run``: those with a run), one column per
+    depth; ``first``: the first column's header."""
     depths = sorted({r["layers"] for r in results})
     rows = []
     for scheme in dict.fromkeys(r["scheme"] for r in results):
         for warmup in (True, False):
             runs = [r for r in results if (r["scheme"], r["warmup"]) == (scheme, warmup)]
-            cells = [format_cell([r for r in runs if r["layers"] == d], key, digits) for d in depths]
-            rows.append([scheme, "yes" if warmup else "no", *cells])
-    return table(["method", "warmup"] + [f"E{d}D{d}" for d in depths], rows)
+            if runs or not only_run:
+                cells = [format_cell([r for r in runs if r["layers"] == d], key, digits) for d in depths]
+                rows.append([scheme, "yes" if warmup else "no", *cells])
+    return table([first, "warmup"] + [f"E{d}D{d}" for d in depths], rows)
 
 
 def failure_list(results: List[Dict]) -> str:
