@@ -314,7 +314,7 @@ def parse_args(argv=None):
     p.add_argument("--validate-every", type=int, default=250)
     p.add_argument("--plateau-fraction", type=float, default=0.01)
     p.add_argument("--plateau-min-updates", type=int, default=2000)
-    p.add_argument("--max-update-cap", type=int, default=20000, help="a guard: raising it trains capped runs on")
+    p.add_argument("--max-update-cap", type=int, default=30000, help="a guard: raising it trains capped runs on")
     p.add_argument("--average", type=int, default=5, help="interval checkpoints averaged for BLEU")
     p.add_argument("--zoom-from", type=int, default=1000, help="the zoomed curves start here")
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the finished runs' records")
