@@ -3,7 +3,7 @@ depth beside the paper's IWSLT table, every run's line, the validation curves, a
 docs/results.md show between their markers (``publish``)."""
 
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, List, Optional, Sequence
 
 from ..files import write_json, write_text
 from ..markdown import table, write_block
@@ -24,6 +24,7 @@ PAPER_IWSLT = {
 
 #: the pages that show the study's table (``publish``), and the lines around it
 PAGES = (ROOT / "README.md", ROOT / "docs" / "results.md")
+UNDER_WAY_PNG = "under_way.png"  # the curves of the runs not finished yet, beside their snapshot
 README_BLOCK = (
     "<!-- the Bible study's table, written from results/bible-study/results.json by the study: do not edit -->",
     "<!-- end of the Bible study's table -->",
@@ -36,7 +37,36 @@ def under_way_text(runs: Sequence[Dict], date: str) -> str:
     where = "; ".join(
         f"{r['name']} at update {r['update']} (best validation loss {r['best_valid_loss']:.3f})" for r in runs
     )
-    return f"Under way when this report was written ({date[:16].replace('T', ' ')} UTC; not results): {where}."
+    return (
+        f"Under way when this report was written ({date[:16].replace('T', ' ')} UTC; not results): {where}. "
+        f"Their validation curves so far: [{UNDER_WAY_PNG}]({UNDER_WAY_PNG})."
+    )
+
+
+def plot_curves(runs: Sequence[Dict], path: Path, title: str, zoom_from: Optional[int], whole: bool = False) -> None:
+    """The runs' validation curves at ``path``: one panel per depth and warmup (from update ``zoom_from`` on if
+    given; ``whole``: the whole curves beside those), one line per scheme and seed, the legend below the panels."""
+    from .lm_study import curve_panels
+    from .plotting import plot_loss_curves
+
+    by_cell: Dict[str, List[Dict]] = {}
+    for r in runs:
+        by_cell.setdefault(f"E{r['layers']}D{r['layers']}, warmup {'yes' if r['warmup'] else 'no'}", []).append(r)
+    panels = {}
+    for cell, cell_runs in by_cell.items():
+        for panel, lines in curve_panels(cell_runs, ".", zoom_from).items():
+            if zoom_from is None or whole or "from update" in panel:
+                panels[cell + panel.partition(" layers")[2]] = lines
+    plot_loss_curves(
+        panels,
+        "valid_curve",
+        path,
+        title,
+        "validation loss (label-smoothed CE, base 2)",
+        columns=min(2, len(panels)),
+        sharey=False,
+        legend="outside",
+    )
 
 
 def cell_table(results: List[Dict], key: str, digits: int) -> str:
@@ -112,11 +142,14 @@ def publish(results: Dict, pages: Sequence[Path]) -> None:
 def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[Dict] = ()):
     """The report (README.md, curves, results.json) of the finished ``results``; ``running``: ``under_way``'s
     snapshot of the runs not finished yet, named with the time of writing."""
-    from .lm_study import curve_panels
-    from .plotting import plot_loss_curves
-
     out.mkdir(parents=True, exist_ok=True)
     snapshot = under_way_text(running, meta["provenance"]["date"])
+    so_far = out / UNDER_WAY_PNG
+    so_far.unlink(missing_ok=True)  # a snapshot of other runs, or of none, is not left beside this report
+    if running:
+        when = meta["provenance"]["date"][:16].replace("T", " ")
+        title = f"Bible es-en: under way at {when} UTC (not results)"
+        plot_curves(running, so_far, title, meta["settings"]["zoom_from"], whole=True)
     summary_file = out / "summary.md"
     reading = summary_file.read_text().strip() if summary_file.exists() else ""
     if not results:
@@ -129,25 +162,9 @@ def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[D
             + f"Started with:\n\n    {meta['command']}\n",
         )
         return
-    by_cell: Dict[str, List[Dict]] = {}
-    for r in results:
-        by_cell.setdefault(f"E{r['layers']}D{r['layers']}, warmup {'yes' if r['warmup'] else 'no'}", []).append(r)
-    for name, zoom in (("valid_loss.png", None), ("valid_loss_zoom.png", meta["settings"]["zoom_from"])):
-        panels = {}
-        for cell, runs in by_cell.items():
-            for title, lines in curve_panels(runs, ".", zoom).items():
-                if zoom is None or "from update" in title:
-                    panels[cell + title.partition(" layers")[2]] = lines
-        plot_loss_curves(
-            panels,
-            "valid_curve",
-            out / name,
-            "Bible es-en, trained to the plateau (a CPU-scale run)",
-            "validation loss (label-smoothed CE, base 2)",
-            columns=min(2, len(panels)),
-            sharey=False,
-            legend="outside",
-        )
+    title = "Bible es-en, trained to the plateau (a CPU-scale run)"
+    plot_curves(results, out / "valid_loss.png", title, None)
+    plot_curves(results, out / "valid_loss_zoom.png", title, meta["settings"]["zoom_from"])
     write_json(out / "results.json", {**meta, "runs": results})
     s, data = meta["settings"], meta["data"]
     rule = Plateau(fraction=s["plateau_fraction"], min_updates=s["plateau_min_updates"])

@@ -244,7 +244,16 @@ def under_way(specs: Sequence[RunSpec], data: Dict, args) -> List[Dict]:
         out_file = Path(args.work) / "runs" / run_name(spec, data, args)[1] / "train.out"
         curve = read_log(out_file).valid if out_file.exists() else []
         if curve:
-            found.append({"name": spec.name, "update": curve[-1][0], "best_valid_loss": min(v for _, v in curve)})
+            found.append(
+                dict(
+                    asdict(spec),
+                    name=spec.name,
+                    update=curve[-1][0],
+                    best_valid_loss=min(v for _, v in curve),
+                    valid_curve=curve,
+                    fails=None,  # not judged before the end
+                )
+            )
     return found
 
 

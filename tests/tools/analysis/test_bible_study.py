@@ -258,9 +258,15 @@ def test_the_report_names_the_runs_under_way_and_where_they_are_until_they_finis
     with pytest.raises(RunError):  # killed at update 1100: validated at 250 ... 1000
         bible_study.run_one(started, data, args, records, runs)
     running = bible_study.under_way([started, waiting], data, args)
-    assert running == [{"name": "pre-e6d6-warmup-seed1", "update": 1000, "best_valid_loss": 4.6}]
+    assert [(r["name"], r["update"], r["best_valid_loss"]) for r in running] == [("pre-e6d6-warmup-seed1", 1000, 4.6)]
+    assert running[0]["valid_curve"] == [(250, 8), (500, 6), (750, 5), (1000, 4.6)]
 
-    meta = {"command": "cmd", "planned": [started.name, waiting.name], "provenance": {"date": "2026-12-04T17:05:09"}}
+    meta = {
+        "command": "cmd",
+        "planned": [started.name, waiting.name],
+        "provenance": {"date": "2026-12-04T17:05:09"},
+        "settings": {"zoom_from": 500},
+    }
     (tmp_path / "report").mkdir()
     (tmp_path / "report" / "summary.md").write_text("## Why the recipe changed\n")
     bible_report.write_report([], meta, tmp_path / "report", running)
@@ -268,11 +274,14 @@ def test_the_report_names_the_runs_under_way_and_where_they_are_until_they_finis
     assert "no run has finished yet" in readme and "\n\n## Why the recipe changed\n\nStarted with:" in readme
     assert (
         "Under way when this report was written (2026-12-04 17:05 UTC; not results): pre-e6d6-warmup-seed1 at update "
-        "1000 (best validation loss 4.600)." in readme
+        "1000 (best validation loss 4.600). Their validation curves so far: [under_way.png](under_way.png)." in readme
     )
+    assert (tmp_path / "report" / "under_way.png").stat().st_size > 0
 
     bible_study.run_one(started, data, args, records, runs)  # resumed to its plateau: finished, no longer under way
     assert bible_study.under_way([started, waiting], data, args) == []
+    bible_report.write_report([], meta, tmp_path / "report", [])
+    assert not (tmp_path / "report" / "under_way.png").exists()  # no snapshot of runs no longer under way
 
 
 def test_the_report_gives_each_run_its_fall_over_the_last_quarter_the_plateau_rules_measure():
