@@ -118,6 +118,26 @@ def run_list(results: List[Dict], rule: Plateau) -> str:
     return table(headers, rows)
 
 
+def plan_table(planned: Sequence[str], results: Sequence[Dict], running: Sequence[Dict], rule: Plateau) -> str:
+    """Every planned run in the plan's order and where it stands: how it ended, where it is, or not started."""
+    done, going = {r["name"]: r for r in results}, {r["name"]: r for r in running}
+    rows = []
+    for n, name in enumerate(planned, 1):
+        if name in done:
+            r = done[name]
+            fails = f"; fails ({r['fails']})" if r["fails"] else ""
+            where = f"finished at update {r['end_update']}: {r['stop']}{fails}"
+            best, quarter = r["best_valid_loss"], last_quarter_gain(r, rule)
+        elif name in going:
+            r = going[name]
+            where, best = f"under way at update {r['update']}", r["best_valid_loss"]
+            quarter = last_quarter_gain({**r, "end_update": r["update"]}, rule)
+        else:
+            where, best, quarter = "not started", None, "-"
+        rows.append([n, name, where, f"{best:.3f}" if best is not None else "-", quarter])
+    return table(["#", "run", "where it stands", "best valid loss", "last quarter"], rows)
+
+
 def published_block(results: Dict) -> str:
     """What README.md and docs/results.md show of the study's results.json: the BLEU table, how much of the plan
     has finished, and where the rest is."""
@@ -152,12 +172,19 @@ def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[D
         plot_curves(running, so_far, title, meta["settings"]["zoom_from"], whole=True)
     summary_file = out / "summary.md"
     reading = summary_file.read_text().strip() if summary_file.exists() else ""
+    s = meta["settings"]
+    rule = Plateau(fraction=s["plateau_fraction"], min_updates=s["plateau_min_updates"])
+    plan = (
+        'The plan, in the order it trains ("last quarter": how much the best validation loss fell over the last '
+        f"quarter of the run so far, the plateau rule's measure: {rule.describe()}):\n\n"
+        f"{plan_table(meta.get('planned', []), results, running, rule)}"
+    )
     if not results:
-        planned = ", ".join(meta["planned"])
         write_text(
             out / "README.md",
-            f"# The Bible study: no run has finished yet\n\nPlanned: {planned}.\n\n"
+            "# The Bible study: no run has finished yet\n\n"
             + (f"{snapshot}\n\n" if snapshot else "")
+            + f"{plan}\n\n"
             + (f"{reading}\n\n" if reading else "")
             + f"Started with:\n\n    {meta['command']}\n",
         )
@@ -166,15 +193,13 @@ def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[D
     plot_curves(results, out / "valid_loss.png", title, None)
     plot_curves(results, out / "valid_loss_zoom.png", title, meta["settings"]["zoom_from"])
     write_json(out / "results.json", {**meta, "runs": results})
-    s, data = meta["settings"], meta["data"]
-    rule = Plateau(fraction=s["plateau_fraction"], min_updates=s["plateau_min_updates"])
+    data = meta["data"]
     signature = next((r["sacrebleu_signature"] for r in results if r.get("sacrebleu_signature")), "n/a")
     hours = sum(r["train_seconds"] for r in results) / 3600
-    left = [name for name in meta.get("planned", []) if name not in {r["name"] for r in results}]
     progress = (
-        f"**{len(results)} of the {len(meta.get('planned', results))} planned runs have finished**"
-        + (f"; not yet trained (the plan's order: the next sessions train them): {', '.join(left)}." if left else ".")
+        f"**{len(results)} of the {len(meta.get('planned', results))} planned runs have finished**."
         + (f"\n\n{snapshot}" if snapshot else "")
+        + f"\n\n{plan}"
     )
     body = f"""# Where training ends: the schemes trained to their plateau on the Spanish-English Bible
 

@@ -108,6 +108,11 @@ def plateau_curve(update):
     return PLATEAU_AT_2500.get(update, 4.3)
 
 
+def table_rows(markdown):
+    """The cells of every table row in ``markdown``, stripped."""
+    return [[c.strip() for c in line.split("|")[1:-1]] for line in markdown.splitlines() if line.startswith("| ")]
+
+
 def study_args(tmp_path, *more):
     return bible_study.parse_args(
         ["--work", str(tmp_path / "w"), "--out", str(tmp_path / "o"), "--plateau-min-updates", "1000", *more]
@@ -166,6 +171,7 @@ def test_a_finished_run_is_recorded_under_its_key_and_reused_without_training(tm
     results = [dict(first, scheme="residual")]
     meta = {
         "command": "cmd",
+        "planned": [spec.name],
         "settings": {k: v for k, v in vars(args).items() if k not in ("work", "out")},
         "data": {
             "pairs": {"train": 100, "valid": 10, "test": 10},
@@ -177,6 +183,8 @@ def test_a_finished_run_is_recorded_under_its_key_and_reused_without_training(tm
     bible_report.write_report(results, meta, tmp_path / "report")
     readme = (tmp_path / "report" / "README.md").read_text()
     assert "**the paper's, not\nmeasured here**" in readme and "| residual | yes      | 12.50" in readme
+    finished_row = ["1", "residual-e6d6-warmup-seed1", "finished at update 2500: plateau", "4.240", "0.2%"]
+    assert finished_row in table_rows(readme)
     assert (tmp_path / "report" / "valid_loss.png").stat().st_size > 0 and (
         tmp_path / "report" / "valid_loss_zoom.png"
     ).exists()
@@ -265,7 +273,7 @@ def test_the_report_names_the_runs_under_way_and_where_they_are_until_they_finis
         "command": "cmd",
         "planned": [started.name, waiting.name],
         "provenance": {"date": "2026-12-04T17:05:09"},
-        "settings": {"zoom_from": 500},
+        "settings": {**vars(args), "zoom_from": 500},
     }
     (tmp_path / "report").mkdir()
     (tmp_path / "report" / "summary.md").write_text("## Why the recipe changed\n")
@@ -277,6 +285,11 @@ def test_the_report_names_the_runs_under_way_and_where_they_are_until_they_finis
         "1000 (best validation loss 4.600). Their validation curves so far: [under_way.png](under_way.png)." in readme
     )
     assert (tmp_path / "report" / "under_way.png").stat().st_size > 0
+    plan = [row for row in table_rows(readme) if row[0] in ("1", "2")]
+    assert plan == [
+        ["1", "pre-e6d6-warmup-seed1", "under way at update 1000", "4.600", "8.0%"],  # best 5.0 at 750 -> 4.6
+        ["2", "post-e6d6-warmup-seed1", "not started", "-", "-"],
+    ]
 
     bible_study.run_one(started, data, args, records, runs)  # resumed to its plateau: finished, no longer under way
     assert bible_study.under_way([started, waiting], data, args) == []
