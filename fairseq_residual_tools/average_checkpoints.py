@@ -15,6 +15,8 @@ fairseq's ``torch_persistent_save``, which the plugin makes write a whole file o
 """
 
 import argparse
+import os
+import shutil
 from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
@@ -36,6 +38,26 @@ def numbered_checkpoints(folder, kind: str, upper_bound: Optional[int] = None) -
         return []
     found = checkpoint_utils.checkpoint_paths(str(folder), PATTERNS[kind], keep_match=True)
     return [(Path(path), int(number)) for path, number in found if upper_bound is None or number <= upper_bound]
+
+
+def fill_update_checkpoint(folder, update: int) -> Optional[Path]:
+    """fairseq-train writes no ``checkpoint_<epoch>_<update>.pt`` at a ``--save-interval-updates`` multiple that ends
+    an epoch (only ``checkpoint_best.pt`` and ``checkpoint_last.pt`` are saved there), so the newest update
+    checkpoints averaged would skip it. When ``checkpoint_last.pt`` holds exactly ``update`` and no update checkpoint
+    does, it is copied to that name (whole or not at all); returns the file written, else None."""
+    folder, last = Path(folder), Path(folder) / "checkpoint_last.pt"
+    if not last.is_file() or any(n == update for _, n in numbered_checkpoints(folder, "update")):
+        return None
+    state = read_checkpoint(str(last))
+    if recorded_updates(state) != update:
+        return None
+    at = (state.get("extra_state") or {}).get("train_iterator", {})
+    # at an epoch's end fairseq's iterator state names the next epoch; the file is named for the one that ended
+    epoch = at.get("epoch", 1) - (at.get("iterations_in_epoch") == 0)
+    target, partial = folder / f"checkpoint_{epoch}_{update}.pt", folder / f"checkpoint_{epoch}_{update}.pt.tmp"
+    shutil.copyfile(last, partial)
+    os.replace(partial, target)
+    return target
 
 
 def average(paths: Sequence[Path]) -> dict:

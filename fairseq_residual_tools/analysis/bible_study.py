@@ -29,7 +29,7 @@ from functools import partial
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from ..average_checkpoints import numbered_checkpoints, write_average
+from ..average_checkpoints import fill_update_checkpoint, numbered_checkpoints, write_average
 from ..commands import run_training
 from ..dataprep import bible
 from ..errors import ConfigError, DataError, exit_on_user_error
@@ -164,6 +164,7 @@ def train_to_end(spec: RunSpec, databin: Path, save_dir: Path, args, label: str)
         after = read_log(out_file)
         if not after.nan_error and (not after.valid or after.valid[-1][0] < target):
             raise RunError(f"{label}: fairseq-train", 0, f"stopped before validating at update {target}", out_file)
+        fill_update_checkpoint(save_dir, target)  # none at an epoch's end: the average would skip this validation
     return stop
 
 

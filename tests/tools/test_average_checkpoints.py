@@ -11,7 +11,13 @@ from helpers import PLUGIN_DIR, TinyTask, build_model, run_cli
 
 from fairseq_residual.model import SCHEME_KEY
 from fairseq_residual_tools import console
-from fairseq_residual_tools.average_checkpoints import chosen_inputs, main, write_average
+from fairseq_residual_tools.average_checkpoints import (
+    chosen_inputs,
+    fill_update_checkpoint,
+    main,
+    numbered_checkpoints,
+    write_average,
+)
 from fairseq_residual_tools.errors import DataError
 from fairseq_residual_tools.kill_stress import start_training, train_command, wait_or_kill
 
@@ -151,3 +157,24 @@ def test_an_average_of_a_trainings_update_checkpoints_translates_with_fairseq_ge
     command = ["fairseq_cli.generate", str(demo_databin.databin), "--user-dir", PLUGIN_DIR, "--path", str(out)]
     generated = run_cli([*command, "--cpu", "--beam", "2", "--max-len-b", "5"], cwd=tmp_path).stdout
     assert len(re.findall(r"^H-\d+\t", generated, flags=re.M)) == 40
+
+
+def test_the_update_that_ends_an_epoch_gets_its_update_checkpoint_from_checkpoint_last(demo_databin, tmp_path):
+    save_dir = tmp_path / "ckpt"
+    argv = train_command(demo_databin.databin, save_dir, "small", max_update=0, max_epoch=1)
+    _, status, text = wait_or_kill(start_training(argv, tmp_path / "train.log"), tmp_path / "train.log", 0)
+    assert status == 0, text[-3000:]
+    last = torch.load(save_dir / "checkpoint_last.pt", weights_only=True)
+    end = last["optimizer_history"][-1]["num_updates"]
+    numbered = [n for _, n in numbered_checkpoints(save_dir, "update")]
+    assert numbered[0] == end - 1  # fairseq saved every update (--save-interval-updates 1) but the epoch's last
+
+    filled = fill_update_checkpoint(save_dir, end)
+    assert filled == save_dir / f"checkpoint_1_{end}.pt"  # named for the epoch that ended, as fairseq names them
+    assert numbered_checkpoints(save_dir, "update")[0] == (filled, end)
+    copy = torch.load(filled, weights_only=True)
+    assert copy["optimizer_history"] == last["optimizer_history"]
+    assert all(torch.equal(copy["model"][k], v) for k, v in last["model"].items())
+    assert not list(save_dir.glob("*.tmp"))
+    assert fill_update_checkpoint(save_dir, end) is None  # already there: nothing written
+    assert fill_update_checkpoint(save_dir, end + 1) is None  # checkpoint_last.pt holds another update

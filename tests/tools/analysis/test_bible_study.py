@@ -120,11 +120,14 @@ def study_args(tmp_path, *more):
 
 
 def test_it_trains_an_interval_at_a_time_until_the_first_validation_where_the_run_has_plateaued(tmp_path, monkeypatch):
-    trainer = FakeTrainer(plateau_curve)
+    trainer, filled = FakeTrainer(plateau_curve), []
     monkeypatch.setattr(bible_study, "run_training", trainer)
+    monkeypatch.setattr(bible_study, "fill_update_checkpoint", lambda folder, update: filled.append((folder, update)))
     stop = bible_study.train_to_end(RunSpec("pre", 6, True, 1), "D", tmp_path, study_args(tmp_path), "pre")
     assert stop == {"stop": "plateau", "end_update": 2500}
     assert trainer.targets == list(range(250, 2501, 250))
+    # every interval leaves its update checkpoint, the one fairseq skips at an epoch's end included
+    assert filled == [(tmp_path, t) for t in trainer.targets]
 
 
 def test_a_killed_run_resumes_from_its_last_validation_and_ends_where_an_unbroken_one_does(tmp_path, monkeypatch):
