@@ -10,7 +10,7 @@ from ..markdown import table, write_block
 from ..provenance import ROOT, describe
 from ..training_log import RULE as FAILS_RULE
 from .plateau import Plateau, best_until
-from .study import ablation_table, failure_list
+from .study import ablation_table, failure_list, losses_at_table
 
 #: the paper's IWSLT-14 BLEU (shared/paper/README.md: its Table 1 and warmup ablation), for the report's side table
 PAPER_IWSLT = {
@@ -24,6 +24,8 @@ PAPER_IWSLT = {
 
 #: the pages that show the study's table (``publish``), and the lines around it
 PAGES = (ROOT / "README.md", ROOT / "docs" / "results.md")
+#: the validation points shown beside the end: where the project's other figures stop (1,000-2,000) and on
+ALONG_THE_WAY = (1000, 2000, 5000, 10000)
 UNDER_WAY_PNG = "under_way.png"  # the curves of the runs not finished yet, beside their snapshot
 README_BLOCK = (
     "<!-- the Bible study's table, written from results/bible-study/results.json by the study: do not edit -->",
@@ -237,6 +239,11 @@ Plateau: {rule.describe()}; at most {s["max_update_cap"]} updates. Updates to th
 Best validation loss:
 
 {cell_table(results, "best_valid_loss", 3)}
+
+Validation loss along the way, against the best at the end above: whether a gap early in training closes
+("not logged": no run of the cell trained that far):
+
+{losses_at_table(results, ("scheme", "warmup"), ALONG_THE_WAY, lambda d, u: f"E{d}D{d} at {u:,}")}
 
 "fails" is `fairseq_residual_tools.training_log.divergence` ({FAILS_RULE}), judged on the whole run where it
 stopped. A failed run is not decoded.

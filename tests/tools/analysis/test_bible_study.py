@@ -188,6 +188,8 @@ def test_a_finished_run_is_recorded_under_its_key_and_reused_without_training(tm
     assert "**the paper's, not\nmeasured here**" in readme and "| residual | yes      | 12.50" in readme
     finished_row = ["1", "residual-e6d6-warmup-seed1", "finished at update 2500: plateau", "4.240", "0.2%"]
     assert finished_row in table_rows(readme)
+    along = ["residual", "yes", "4.600", "4.240", "not logged", "not logged"]  # the curve at 1,000 / 2,000; it ended
+    assert along in table_rows(readme)
     assert (tmp_path / "report" / "valid_loss.png").stat().st_size > 0 and (
         tmp_path / "report" / "valid_loss_zoom.png"
     ).exists()
