@@ -10,6 +10,7 @@ from ..markdown import table, write_block
 from ..provenance import ROOT, describe
 from ..training_log import RULE as FAILS_RULE
 from .plateau import Plateau, best_until
+from .significance import RESAMPLES, paired_bootstrap
 from .study import ablation_table, failure_list, losses_at_table
 
 #: the paper's IWSLT-14 BLEU (shared/paper/README.md: its Table 1 and warmup ablation), for the report's side table
@@ -26,6 +27,9 @@ PAPER_IWSLT = {
 PAGES = (ROOT / "README.md", ROOT / "docs" / "results.md")
 #: the validation points shown beside the end: where the project's other figures stop (1,000-2,000) and on
 ALONG_THE_WAY = (1000, 2000, 5000, 10000)
+#: beside the records in OUT/runs: each scored run's test translations and, once, the references (Moses-detokenised,
+#: as sacreBLEU scores them), for the paired bootstrap
+HYPOTHESES, REFERENCES = ".test.detok", "test-references.detok"
 UNDER_WAY_PNG = "under_way.png"  # the curves of the runs not finished yet, beside their snapshot
 README_BLOCK = (
     "<!-- the Bible study's table, written from results/bible-study/results.json by the study: do not edit -->",
@@ -140,6 +144,41 @@ def plan_table(planned: Sequence[str], results: Sequence[Dict], running: Sequenc
     return table(["#", "run", "where it stands", "best valid loss", "last quarter"], rows)
 
 
+def hypotheses_file(runs: Path, run: Dict) -> Path:
+    return runs / f"{run['name']}-{run['key']}{HYPOTHESES}"
+
+
+def significance_table(results: List[Dict], runs: Path) -> str:
+    """Each scored run against Pre-LN of its depth, warmup and seed: sacreBLEU's paired bootstrap on their test
+    translations (``significance``), with the test's signature; a sentence where no cell has both yet."""
+    if not (runs / REFERENCES).is_file():
+        return "No cell has a scored Pre-LN run and another scored run yet."
+    references = (runs / REFERENCES).read_text(encoding="utf-8").splitlines()
+
+    def translations(run):
+        return hypotheses_file(runs, run).read_text(encoding="utf-8").splitlines()
+
+    rows, signature = [], ""
+    scored = [r for r in results if hypotheses_file(runs, r).is_file()]
+    for layers, warmup, seed in dict.fromkeys((r["layers"], r["warmup"], r["seed"]) for r in scored):
+        cell = [r for r in scored if (r["layers"], r["warmup"], r["seed"]) == (layers, warmup, seed)]
+        base = next((r for r in cell if r["scheme"] == "pre"), None)
+        others = [r for r in cell if r is not base]
+        if base is None or not others:
+            continue
+        systems = {r["name"]: translations(r) for r in others}
+        base_score, compared, signature = paired_bootstrap(translations(base), systems, references)
+        for r in others:
+            c = compared[r["name"]]
+            p = "-" if c["p"] is None else f"{c['p']:.3f}"
+            rows.append([f"E{layers}D{layers}", "yes" if warmup else "no", seed, r["scheme"], f"{base_score:.2f}"])
+            rows[-1] += [f"{c['sacrebleu']:.2f}", f"{c['delta']:+.2f}", f"± {c['ci95']:.2f}", p]
+    if not rows:
+        return "No cell has a scored Pre-LN run and another scored run yet."
+    headers = ["depth", "warmup", "seed", "scheme", "Pre-LN", "sacreBLEU", "difference", "95 % interval", "p"]
+    return f"{table(headers, rows)}\n\nSignature: `{signature}`."
+
+
 def published_block(results: Dict) -> str:
     """What README.md and docs/results.md show of the study's results.json: the BLEU table, how much of the plan
     has finished, and where the rest is."""
@@ -228,6 +267,15 @@ measured here**:
 {cell_table(results, "sacrebleu", 2)}
 
 Signature: `{signature}`.
+
+## Which differences the test set can tell apart
+
+sacreBLEU's paired bootstrap (`--paired-bs`: {RESAMPLES:,} resamples of the {data["pairs"]["test"]:,} test verses, the
+same draws for both runs) of each run against Pre-LN of the same depth, warmup and seed. "p": how often a difference at
+least as large arises from the resampling alone; the interval is the run's BLEU over the resamples. A difference with
+p above 0.05 is one this test set cannot tell from noise; one seed says nothing of the spread over seeds.
+
+{significance_table(results, out / "runs")}
 
 ## Where each run ended
 

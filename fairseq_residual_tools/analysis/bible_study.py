@@ -33,11 +33,11 @@ from ..average_checkpoints import fill_update_checkpoint, numbered_checkpoints, 
 from ..commands import run_training
 from ..dataprep import bible
 from ..errors import ConfigError, DataError, exit_on_user_error
-from ..files import write_json
+from ..files import write_json, write_lines
 from ..provenance import ROOT, describe_git, git_state, provenance
 from ..runner import PLUGIN_DIR, RunError, fairseq_command
 from ..training_log import outcome, read_log
-from .bible_report import PAGES, cell_table, publish, write_report
+from .bible_report import PAGES, REFERENCES, cell_table, hypotheses_file, publish, write_report
 from .fingerprint import model_fingerprint
 from .plateau import Plateau
 from .study import RunSpec, print_validation, run_in_pool
@@ -213,9 +213,38 @@ def run_one(spec: RunSpec, data: Dict, args, records: Path, runs_dir: Path) -> D
     result.update(bleu=None, sacrebleu=None)
     if result["fails"] is None:
         result.update(average_and_score(data["databin"], save_dir, stop["end_update"], args))
+        keep_test_output(save_dir / "generate-test.out", records, result, args.tgt)
     result.update(provenance=provenance(), wall_seconds_this_attempt=round(time.time() - started, 1))
     write_json(record_file, result)
     return dict(result, reused=False)
+
+
+def keep_test_output(generate_out: Path, records: Path, run: Dict, lang: str) -> None:
+    """The run's test translations beside its record and, once, the references, Moses-detokenised as sacreBLEU
+    scored them (``bible_report.HYPOTHESES`` / ``REFERENCES``): what the report's paired bootstrap compares."""
+    from ..repro.scoring import detokenize, parse_generate
+
+    gen = parse_generate(generate_out.read_text(encoding="utf-8"))
+    references, known = detokenize(gen.references, lang), records / REFERENCES
+    if known.is_file() and known.read_text(encoding="utf-8").splitlines() != references:
+        raise DataError(f"{generate_out} decoded other references than {known} holds: one report, one test set")
+    if not known.is_file():
+        write_lines(known, references)
+    write_lines(hypotheses_file(records, run), detokenize(gen.hypotheses, lang))
+
+
+def backfill_test_outputs(results: Sequence[Dict], args) -> None:
+    """``keep_test_output`` for scored records from before it: from the run's ``generate-test.out`` in ``--work``,
+    when that decoding is the one the record scored (the same BLEU line)."""
+    from ..repro.scoring import parse_generate
+
+    records = Path(args.out) / "runs"
+    for run in results:
+        out_file = Path(args.work) / "runs" / f"{run['name']}-{run['key']}" / "generate-test.out"
+        if run["bleu"] is None or hypotheses_file(records, run).is_file() or not out_file.is_file():
+            continue
+        if parse_generate(out_file.read_text(encoding="utf-8")).fairseq_bleu_line == run["bleu_detail"]:
+            keep_test_output(out_file, records, run, args.tgt)
 
 
 def run_name(spec: RunSpec, data: Dict, args) -> Tuple[str, str]:
@@ -358,6 +387,7 @@ def main(argv=None):
 
     def report():
         results = finished(specs, data, args)
+        backfill_test_outputs(results, args)
         write_report(results, {**meta, "provenance": provenance()}, Path(args.out), under_way(specs, data, args))
         if results and Path(args.out).resolve() == DEFAULT_OUT.resolve():
             publish({**meta, "provenance": provenance(), "runs": results}, PAGES)

@@ -5,10 +5,11 @@ the report. fairseq-train is replaced by a stand-in that writes fairseq's JSON l
 import json
 
 import pytest
+from sacrebleu.metrics import BLEU
 
 from fairseq_residual_tools.analysis import bible_report, bible_study
 from fairseq_residual_tools.analysis.study import RunSpec
-from fairseq_residual_tools.errors import ConfigError
+from fairseq_residual_tools.errors import ConfigError, DataError
 from fairseq_residual_tools.provenance import provenance
 from fairseq_residual_tools.runner import RunError
 
@@ -100,6 +101,32 @@ class FakeTrainer:
                     )
 
 
+#: a test set, tokenised and lowercased as the study's data (fairseq-generate's T- lines)
+REFERENCES = [
+    "and god said , let there be light : and there was light .",
+    "in the beginning god created the heaven and the earth .",
+    "and the evening and the morning were the first day .",
+    "and god called the light day , and the darkness he called night .",
+]
+
+
+class FakeScoring:
+    """average_and_score: writes the run's fairseq-generate output (``hypotheses`` against REFERENCES) where the
+    study reads it and returns the scores with BLEU ``bleu(end_update)``."""
+
+    def __init__(self, hypotheses=REFERENCES, bleu=lambda end: 12.5, references=REFERENCES):
+        self.hypotheses, self.bleu, self.references = hypotheses, bleu, references
+
+    def __call__(self, databin, save_dir, end_update, args):
+        bleu = self.bleu(end_update)
+        lines = [
+            f"T-{i}\t{ref}\nH-{i}\t-0.5\t{hyp}\n" for i, (ref, hyp) in enumerate(zip(self.references, self.hypotheses))
+        ]
+        detail = f"BLEU4 = {bleu:.2f}, 50.0/30.0/20.0/10.0 (BP=1.000, ratio=1.000, syslen=40, reflen=40)"
+        (save_dir / "generate-test.out").write_text("".join(lines) + f"Generate test with beam=5: {detail}\n")
+        return {"bleu": bleu, "bleu_detail": detail, "sacrebleu": 11.0, "sacrebleu_signature": "sig"}
+
+
 #: a validation curve whose best, 4.24 at 2000, is less than 1 % below the best of the first three quarters at 2500
 PLATEAU_AT_2500 = {250: 8, 500: 6, 750: 5, 1000: 4.6, 1250: 4.4, 1500: 4.3, 1750: 4.25, 2000: 4.24, 2250: 4.26}
 
@@ -155,9 +182,7 @@ def test_a_run_that_never_plateaus_stops_at_the_cap_and_a_nan_at_once(tmp_path, 
 def test_a_finished_run_is_recorded_under_its_key_and_reused_without_training(tmp_path, monkeypatch):
     trainer = FakeTrainer(plateau_curve)
     monkeypatch.setattr(bible_study, "run_training", trainer)
-    monkeypatch.setattr(
-        bible_study, "average_and_score", lambda *a: {"bleu": 12.5, "sacrebleu": 11.0, "sacrebleu_signature": "sig"}
-    )
+    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring())
     args, spec = study_args(tmp_path), RunSpec("residual", 6, True, 1)
     data = {"databin": "D", "sha256": "d" * 64, "fingerprints": {spec: "fp"}}
     first = bible_study.run_one(spec, data, args, tmp_path / "records", tmp_path / "runs")
@@ -198,7 +223,7 @@ def test_a_finished_run_is_recorded_under_its_key_and_reused_without_training(tm
 def test_a_run_that_stopped_at_the_cap_trains_on_when_the_cap_rises_and_a_plateaued_one_is_kept(tmp_path, monkeypatch):
     trainer = FakeTrainer(plateau_curve)
     monkeypatch.setattr(bible_study, "run_training", trainer)
-    monkeypatch.setattr(bible_study, "average_and_score", lambda databin, save_dir, end, args: {"bleu": end / 100})
+    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring(bleu=lambda end: end / 100))
     spec = RunSpec("pre", 6, True, 1)
     data = {"databin": "D", "sha256": "d" * 64, "fingerprints": {spec: "fp"}}
     records, runs = tmp_path / "o" / "runs", tmp_path / "w" / "runs"
@@ -212,7 +237,7 @@ def test_a_run_that_stopped_at_the_cap_trains_on_when_the_cap_rises_and_a_platea
     assert trainer.targets == list(range(250, 1501, 250))
     raised = run("4000")  # the same run trained on from update 1500, not from the start
     assert (raised["reused"], raised["stop"], raised["end_update"], raised["bleu"]) == (False, "plateau", 2500, 25.0)
-    assert trainer.targets == list(range(250, 2501, 250)) and len(list(records.iterdir())) == 1
+    assert trainer.targets == list(range(250, 2501, 250)) and len(list(records.glob("*.json"))) == 1
     assert run("4000")["reused"] and run("9000")["reused"] and len(trainer.targets) == 10
 
 
@@ -263,7 +288,7 @@ def test_a_runs_key_is_the_same_in_a_checkout_at_another_path(monkeypatch):
 def test_the_report_names_the_runs_under_way_and_where_they_are_until_they_finish(tmp_path, monkeypatch):
     trainer = FakeTrainer(plateau_curve, kill_at=1100)
     monkeypatch.setattr(bible_study, "run_training", trainer)
-    monkeypatch.setattr(bible_study, "average_and_score", lambda *a: {"bleu": 12.5, "sacrebleu": 11.0})
+    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring())
     args = study_args(tmp_path)
     started, waiting = RunSpec("pre", 6, True, 1), RunSpec("post", 6, True, 1)
     data = {"databin": "D", "sha256": "d" * 64, "fingerprints": {started: "fp", waiting: "fp2"}}
@@ -310,3 +335,49 @@ def test_the_report_gives_each_run_its_fall_over_the_last_quarter_the_plateau_ru
     assert bible_report.last_quarter_gain(flat, rule) == "0.0%"
     early = {"end_update": 750, "valid_curve": [[250, 9.0], [500, 8.0], [750, 11.0]]}  # diverged before the rule
     assert bible_report.last_quarter_gain(early, rule) == "-"
+
+
+def test_each_scored_run_is_tested_against_pre_ln_of_its_cell_on_the_translations_kept_beside_its_record(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(bible_study, "run_training", FakeTrainer(plateau_curve))
+    args = study_args(tmp_path)
+    records, runs = tmp_path / "o" / "runs", tmp_path / "w" / "runs"
+    darker = [line.replace("light", "dark") for line in REFERENCES]
+    specs = {RunSpec("pre", 6, True, 1): REFERENCES, RunSpec("residual", 6, True, 1): darker}
+    data = {"databin": "D", "sha256": "d" * 64, "fingerprints": {spec: "fp" for spec in specs}}
+    results = []
+    for spec, hypotheses in specs.items():
+        monkeypatch.setattr(bible_study, "average_and_score", FakeScoring(hypotheses))
+        results.append(bible_study.run_one(spec, data, args, records, runs))
+    kept = bible_report.hypotheses_file(records, results[1])
+    assert kept.name == f"residual-e6d6-warmup-seed1-{results[1]['key']}.test.detok"
+    hypotheses = kept.read_text().splitlines()
+    references = (records / "test-references.detok").read_text().splitlines()
+    assert hypotheses[0] == "and god said, let there be dark: and there was dark."  # Moses-detokenised
+    assert references[0] == "and god said, let there be light: and there was light."
+
+    rows = table_rows(bible_report.significance_table(results, records))
+    assert rows[-1][:6] == [
+        "E6D6",
+        "yes",
+        "1",
+        "residual",
+        "100.00",
+        f"{BLEU().corpus_score(hypotheses, [references]).score:.2f}",
+    ]
+    assert float(rows[-1][8]) > 0 and rows[-1][6].startswith("-")
+
+    kept.unlink()  # a record scored before translations were kept: filled in from its decoding in --work
+    bible_study.backfill_test_outputs(results, args)
+    assert kept.read_text().splitlines() == hypotheses
+    kept.unlink()  # ... but not from a decoding other than the one its record scored
+    out_file = runs / f"residual-e6d6-warmup-seed1-{results[1]['key']}" / "generate-test.out"
+    out_file.write_text(out_file.read_text().replace("BLEU4 = 12.50", "BLEU4 = 13.00"))
+    bible_study.backfill_test_outputs(results, args)
+    assert not kept.exists()
+
+    other = FakeScoring(references=REFERENCES[::-1])  # a run that decoded another test set than the records beside
+    other(None, out_file.parent, 0, args)
+    with pytest.raises(DataError, match="decoded other references"):
+        bible_study.keep_test_output(out_file, records, results[1], "en")
