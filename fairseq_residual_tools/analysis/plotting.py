@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from . import probes  # noqa: E402
+from . import profiles  # noqa: E402
 
 
 def scheme_colors(schemes):
@@ -73,7 +73,7 @@ REFERENCES = {
     ("residual", "rel_diff"): {"c": "--"},
     ("post", "grad_norm"): {"(1/2)^((N-k)/2)": "--"},
 }
-SHAPES = {**probes.DIVERSITY_SHAPES, "(1/2)^((N-k)/2)": probes.post_ln_gradient_shape}
+SHAPES = {**profiles.DIVERSITY_SHAPES, "(1/2)^((N-k)/2)": profiles.post_ln_gradient_shape}
 
 
 def _figure_legend(fig, axes):
@@ -90,7 +90,7 @@ def plot_profiles(summary, metric, path):
     dashed/dotted: predicted shapes fitted to that scheme's curve (see ``REFERENCES``)."""
     schemes = list(summary)
     depths = sorted({int(d) for s in summary.values() for d in s})
-    stacks = probes.stacks_of(next(iter(summary[schemes[0]].values())))
+    stacks = profiles.stacks_of(next(iter(summary[schemes[0]].values())))
     colors = scheme_colors(schemes)
     size = (4.2 * len(depths), 3.75 * len(stacks))
     fig, axes = plt.subplots(len(stacks), len(depths), figsize=size, squeeze=False, layout="constrained")
@@ -104,7 +104,7 @@ def plot_profiles(summary, metric, path):
             ax.plot(ks, mean, color=colors[scheme], label=scheme)
             ax.fill_between(ks, mean - std, mean + std, color=colors[scheme], alpha=0.2)
             for name, style in REFERENCES.get((scheme, metric), {}).items() if len(mean) >= 2 else []:
-                c = probes.fit_shape(mean.tolist(), SHAPES[name])["c"]
+                c = profiles.fit_shape(mean.tolist(), SHAPES[name])["c"]
                 fitted = [c * SHAPES[name](k, len(mean)) for k in ks]
                 ax.plot(ks, fitted, style, color=colors[scheme], lw=1, label=f"{scheme}: fitted {name}")
         if metric != "cosine":
@@ -126,7 +126,7 @@ def plot_versus_depth(runs, path):
         ("grad_norm", lambda v: v[0] / v[-1], "gradient norm, block 1 / block N"),
         ("rel_diff", lambda v: v[-1], "||x^ln_N - x^ln_{N-1}|| / ||x^ln_{N-1}||"),
     )
-    stacks = probes.stacks_of(runs[0])
+    stacks = profiles.stacks_of(runs[0])
     fig, axes = plt.subplots(2, len(stacks), figsize=(5 * len(stacks), 7.5), squeeze=False, layout="constrained")
     for ax, ((metric, value, label), side) in zip(axes.flat, itertools.product(quantities, stacks)):
         for scheme in schemes:

@@ -103,7 +103,7 @@ def shared(meta: Dict) -> str:
 
 def write_report(rows: List[Dict], meta: Dict, sources: List[str], references: List[str], out) -> str:
     """results.json, curves.png and README.md in ``out``; returns the text printed on the console."""
-    from ..analysis.plotting import plot_loss_curves  # matplotlib, and torch through the probes
+    from ..analysis.plotting import plot_loss_curves  # matplotlib: loaded only to draw
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)

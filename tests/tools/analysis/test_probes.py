@@ -10,7 +10,7 @@ import torch
 from helpers import ROOT
 
 from fairseq_residual.schemes import SCHEMES
-from fairseq_residual_tools.analysis import probes
+from fairseq_residual_tools.analysis import probes, profiles
 
 DEPTH = 48
 
@@ -54,7 +54,7 @@ def test_pre_ln_adjacent_block_inputs_collapse_at_depth_48(deep):
     # difference is 0.15 .. 0.26 of Post-LN's in both stacks (threshold 0.5: 2x margin).
     # Within Pre-LN's decoder the top pair differs 0.20 .. 0.25 times as much as the bottom
     # pair (threshold 0.5); Post-LN's top/bottom ratio stays near 1 (0.93 .. 1.13; threshold 0.7).
-    for side in probes.STACKS:
+    for side in profiles.STACKS:
         assert deep["pre"][side]["rel_diff"][-1] < 0.5 * deep["post"][side]["rel_diff"][-1]
         assert deep["pre"][side]["cosine"][-1] > deep["post"][side]["cosine"][-1]
     pre, post = deep["pre"]["decoder"]["rel_diff"], deep["post"]["decoder"]["rel_diff"]
@@ -66,7 +66,7 @@ def test_every_registered_scheme_is_probed_with_finite_numbers(task_and_batch):
     task, batch = task_and_batch
     for scheme in SCHEMES:
         result = probes.probe(probes.build_at_init(task, scheme, 3, 16, 2, 32, seed=1), batch)
-        for side in probes.STACKS:
+        for side in profiles.STACKS:
             assert len(result[side]["grad_norm"]) == 3 and len(result[side]["rel_diff"]) == 2, scheme
             values = result[side]["grad_norm"] + result[side]["rel_diff"] + result[side]["cosine"]
             assert all(math.isfinite(v) for v in values), scheme
@@ -104,10 +104,10 @@ def test_block_input_is_what_the_first_sub_layer_receives(task_and_batch):
 
 def test_fits_recover_the_shape_they_are_given():
     values = [0.8 / k for k in range(1, 21)]
-    fit = probes.fit_shape(values, probes.DIVERSITY_SHAPES["c/k"])
+    fit = profiles.fit_shape(values, profiles.DIVERSITY_SHAPES["c/k"])
     assert fit["c"] == pytest.approx(0.8) and fit["rms_log_residual"] < 1e-12
-    assert probes.fits({"rel_diff": values, "grad_norm": [1.0] * 21})["rel_diff_best_shape"] == "c/k"
-    decay = probes.fit_geometric_decay([3.0 * 0.7 ** (10 - k) for k in range(1, 11)])
+    assert profiles.fits({"rel_diff": values, "grad_norm": [1.0] * 21})["rel_diff_best_shape"] == "c/k"
+    decay = profiles.fit_geometric_decay([3.0 * 0.7 ** (10 - k) for k in range(1, 11)])
     assert decay["r"] == pytest.approx(0.7) and decay["c"] == pytest.approx(3.0)
 
 
@@ -141,7 +141,7 @@ def test_probe_command_writes_json_and_plots(demo_databin, tmp_path):
     assert len(written["runs"]) == 2 * 2 * 2
     cell = written["summary"]["post"]["3"]["decoder"]
     assert len(cell["grad_norm"]["mean"]) == 3 and cell["grad_norm"]["std"][0] > 0  # two seeds differ
-    assert cell["fits"]["rel_diff_best_shape"] in probes.DIVERSITY_SHAPES
+    assert cell["fits"]["rel_diff_best_shape"] in profiles.DIVERSITY_SHAPES
     assert summary["residual"]["2"]["seeds"] == [1, 2]
     for name in ("grad_norm.png", "rel_diff.png", "cosine.png", "versus_depth.png"):
         assert (tmp_path / name).stat().st_size > 10_000
