@@ -17,7 +17,7 @@ import os
 import subprocess
 import sys
 from dataclasses import asdict
-from typing import Callable, Dict, Optional
+from typing import Dict, Optional
 
 MALLOC_SETTINGS = {
     "keep": {"MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(64 << 30)},
@@ -36,9 +36,11 @@ def malloc_environment(setting: str, base: Optional[Dict[str, str]] = None) -> D
 
 def in_fresh_process(function: str, threads: int, malloc: Optional[str] = None, **kwargs) -> Dict:
     """``function(**kwargs)`` (``measure_size``, ``memory_probe`` or ``compiled.side_by_side``; ``size`` and
-    ``variant`` given as dataclasses) in a new process with ``threads`` torch threads and the ``malloc`` settings."""
+    ``variant`` given as dataclasses) in a new process (``child``) with ``threads`` torch threads and the ``malloc``
+    settings."""
     env = malloc_environment(malloc) if malloc else dict(os.environ)
-    command = [sys.executable, "-m", __name__, function, json.dumps({"threads": threads, **kwargs}, default=asdict)]
+    arguments = json.dumps({"threads": threads, **kwargs}, default=asdict)
+    command = [sys.executable, "-m", f"{__package__}.child", function, arguments]
     out = subprocess.run(command, stdout=subprocess.PIPE, text=True, env={**env, "PYTHONWARNINGS": "ignore"})
     if out.returncode != 0:
         what = kwargs.get("variant", kwargs.get("size"))
@@ -53,30 +55,3 @@ def quiet_root_logger() -> None:
     runs ``logging.basicConfig(level=DEBUG)`` (fairseq/models/wav2vec/wav2vec2_classification.py), which would print
     every library's DEBUG lines (inductor's file locks: hundreds a compile); on a configured root it does nothing."""
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s:%(name)s:%(message)s")
-
-
-def _child(function: str, arguments: str) -> None:
-    quiet_root_logger()
-    import torch
-
-    from .compiled import side_by_side
-    from .measure import measure_size
-    from .memory import memory_probe
-    from .variants import Size, Variant
-
-    kwargs = json.loads(arguments)
-    torch.set_num_threads(kwargs.pop("threads"))
-    kwargs["size"] = Size(**kwargs["size"])  # every function takes one
-    if "variant" in kwargs:
-        kwargs["variant"] = Variant(**kwargs["variant"])
-    functions: Dict[str, Callable[..., object]] = {
-        "measure_size": measure_size,
-        "memory_probe": memory_probe,
-        "side_by_side": side_by_side,
-    }
-    result = functions[function](**kwargs)
-    print(json.dumps(result))
-
-
-if __name__ == "__main__":
-    _child(*sys.argv[1:3])

@@ -144,7 +144,7 @@ def memory_probe(size: Size, variant: Variant, device: str = "cpu") -> Dict[str,
         "step_peak_mb": allocated / MB,
         "peak_mb": (persistent + allocated) / MB,
         "rss_rise_mb": None if rss is None else rss / MB,
-        "saved_mb": step.saved_bytes() / MB,
+        "saved_mb": saved_for_backward_bytes(step.loss, step.model.parameters()) / MB,  # parameters not counted
     }
 
 

@@ -65,11 +65,6 @@ class TrainingStep:
             tensors += [v for v in state.values() if torch.is_tensor(v)]
         return sum(t.numel() * t.element_size() for t in tensors)
 
-    def saved_bytes(self) -> int:
-        from .memory import saved_for_backward_bytes
-
-        return saved_for_backward_bytes(self.loss, self.model.parameters())
-
 
 def generation(model, task, sample, length: int) -> Callable[[], List]:
     """Beam search by fairseq's SequenceGenerator over ``sample``, incremental decoding; ``min_len`` =
