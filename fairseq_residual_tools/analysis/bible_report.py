@@ -148,11 +148,19 @@ def hypotheses_file(runs: Path, run: Dict) -> Path:
     return runs / f"{run['name']}-{run['key']}{HYPOTHESES}"
 
 
+def baselines(scheme: str) -> Sequence[str]:
+    """What a scheme's translations are tested against: Pre-LN, the paper's baseline; and ResiDual for what is built
+    on it or follows it (its options, SiameseNorm, Attention Residuals)."""
+    follows_residual = scheme.startswith("residual:") or scheme in ("siamese", "attn-res")
+    return ("pre", "residual") if follows_residual else ("pre",)
+
+
 def significance_table(results: List[Dict], runs: Path) -> str:
-    """Each scored run against Pre-LN of its depth, warmup and seed: sacreBLEU's paired bootstrap on their test
-    translations (``significance``), with the test's signature; a sentence where no cell has both yet."""
+    """Each scored run against its ``baselines`` of the same depth, warmup and seed: sacreBLEU's paired bootstrap
+    on their test translations (``significance``), with the test's signature; a sentence where no pair is scored."""
+    none = "No cell has a scored run and a scored baseline yet."
     if not (runs / REFERENCES).is_file():
-        return "No cell has a scored Pre-LN run and another scored run yet."
+        return none
     references = (runs / REFERENCES).read_text(encoding="utf-8").splitlines()
 
     def translations(run):
@@ -161,22 +169,23 @@ def significance_table(results: List[Dict], runs: Path) -> str:
     rows, signature = [], ""
     scored = [r for r in results if hypotheses_file(runs, r).is_file()]
     for layers, warmup, seed in dict.fromkeys((r["layers"], r["warmup"], r["seed"]) for r in scored):
-        cell = [r for r in scored if (r["layers"], r["warmup"], r["seed"]) == (layers, warmup, seed)]
-        base = next((r for r in cell if r["scheme"] == "pre"), None)
-        others = [r for r in cell if r is not base]
-        if base is None or not others:
-            continue
-        systems = {r["name"]: translations(r) for r in others}
-        base_score, compared, signature = paired_bootstrap(translations(base), systems, references)
-        for r in others:
-            c = compared[r["name"]]
-            p = "-" if c["p"] is None else f"{c['p']:.3f}"
-            rows.append([f"E{layers}D{layers}", "yes" if warmup else "no", seed, r["scheme"], f"{base_score:.2f}"])
-            rows[-1] += [f"{c['sacrebleu']:.2f}", f"{c['delta']:+.2f}", f"± {c['ci95']:.2f}", p]
+        cell = {r["scheme"]: r for r in scored if (r["layers"], r["warmup"], r["seed"]) == (layers, warmup, seed)}
+        for against, base in ((b, cell[b]) for b in ("pre", "residual") if b in cell):
+            others = [r for scheme, r in cell.items() if scheme != against and against in baselines(scheme)]
+            if not others:
+                continue
+            systems = {r["scheme"]: translations(r) for r in others}
+            base_score, compared, signature = paired_bootstrap(translations(base), systems, references)
+            for r in others:
+                c = compared[r["scheme"]]
+                p = "-" if c["p"] is None else f"{c['p']:.3f}"
+                rows.append([f"E{layers}D{layers}", "yes" if warmup else "no", seed, r["scheme"], against])
+                rows[-1] += [f"{base_score:.2f}", f"{c['sacrebleu']:.2f}", f"{c['delta']:+.2f}"]
+                rows[-1] += [f"± {c['ci95']:.2f}", p]
     if not rows:
-        return "No cell has a scored Pre-LN run and another scored run yet."
-    headers = ["depth", "warmup", "seed", "scheme", "Pre-LN", "sacreBLEU", "difference", "95 % interval", "p"]
-    return f"{table(headers, rows)}\n\nSignature: `{signature}`."
+        return none
+    headers = ["depth", "warmup", "seed", "scheme", "against", "against: sacreBLEU", "sacreBLEU", "difference"]
+    return f"{table(headers + ['95 % interval', 'p'], rows)}\n\nSignature: `{signature}`."
 
 
 def published_block(results: Dict) -> str:
@@ -271,9 +280,10 @@ Signature: `{signature}`.
 ## Which differences the test set can tell apart
 
 sacreBLEU's paired bootstrap (`--paired-bs`: {RESAMPLES:,} resamples of the {data["pairs"]["test"]:,} test verses, the
-same draws for both runs) of each run against Pre-LN of the same depth, warmup and seed. "p": how often a difference at
-least as large arises from the resampling alone; the interval is the run's BLEU over the resamples. A difference with
-p above 0.05 is one this test set cannot tell from noise; one seed says nothing of the spread over seeds.
+same draws for both runs) of each run against Pre-LN of the same depth, warmup and seed, and of ResiDual's options and
+successors also against ResiDual. "p": how often a difference at least as large arises from the resampling alone; the
+interval is the run's BLEU over the resamples. A difference with p above 0.05 is one this test set cannot tell from
+noise; one seed says nothing of the spread over seeds.
 
 {significance_table(results, out / "runs")}
 

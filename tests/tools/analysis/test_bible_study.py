@@ -344,7 +344,12 @@ def test_each_scored_run_is_tested_against_pre_ln_of_its_cell_on_the_translation
     args = study_args(tmp_path)
     records, runs = tmp_path / "o" / "runs", tmp_path / "w" / "runs"
     darker = [line.replace("light", "dark") for line in REFERENCES]
-    specs = {RunSpec("pre", 6, True, 1): REFERENCES, RunSpec("residual", 6, True, 1): darker}
+    halved = darker[:2] + REFERENCES[2:]
+    specs = {
+        RunSpec("pre", 6, True, 1): REFERENCES,
+        RunSpec("residual", 6, True, 1): darker,
+        RunSpec("residual:scale=0.5", 6, True, 1): halved,
+    }
     data = {"databin": "D", "sha256": "d" * 64, "fingerprints": {spec: "fp" for spec in specs}}
     results = []
     for spec, hypotheses in specs.items():
@@ -357,16 +362,17 @@ def test_each_scored_run_is_tested_against_pre_ln_of_its_cell_on_the_translation
     assert hypotheses[0] == "and god said, let there be dark: and there was dark."  # Moses-detokenised
     assert references[0] == "and god said, let there be light: and there was light."
 
+    detok = {r["scheme"]: bible_report.hypotheses_file(records, r).read_text().splitlines() for r in results}
+    bleu = {scheme: f"{BLEU().corpus_score(lines, [references]).score:.2f}" for scheme, lines in detok.items()}
     rows = table_rows(bible_report.significance_table(results, records))
-    assert rows[-1][:6] == [
-        "E6D6",
-        "yes",
-        "1",
-        "residual",
-        "100.00",
-        f"{BLEU().corpus_score(hypotheses, [references]).score:.2f}",
+    # every run against Pre-LN of its cell; the output-scale option against ResiDual too
+    assert [row[3:7] for row in rows[1:]] == [
+        ["residual", "pre", bleu["pre"], bleu["residual"]],
+        ["residual:scale=0.5", "pre", bleu["pre"], bleu["residual:scale=0.5"]],
+        ["residual:scale=0.5", "residual", bleu["residual"], bleu["residual:scale=0.5"]],
     ]
-    assert float(rows[-1][8]) > 0 and rows[-1][6].startswith("-")
+    assert rows[1][:3] == ["E6D6", "yes", "1"] and bleu["pre"] == "100.00" and rows[1][7].startswith("-")
+    assert float(rows[-1][7]) > 0 and 0 < float(rows[1][9]) <= 1
 
     kept.unlink()  # a record scored before translations were kept: filled in from its decoding in --work
     bible_study.backfill_test_outputs(results, args)
