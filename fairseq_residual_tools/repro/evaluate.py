@@ -4,6 +4,7 @@ averaged, every test set decoded by ``fairseq-generate`` and scored by ``scoring
 
 import functools
 import json
+import re
 import shlex
 import time
 from dataclasses import asdict
@@ -51,6 +52,23 @@ def averaging_deviation(paths: List[Path], asked: int) -> Optional[str]:
         return None
     names = ", ".join(p.name for p in paths)
     return f"averaged {len(paths)} of the {asked} checkpoints asked: only these were saved ({names})"
+
+
+def averaging_gap(paths: List[Path]) -> Optional[str]:
+    """The note for the tables when the update checkpoints averaged skip one of their interval (fairseq-train saves
+    none at an interval that ends an epoch), else None."""
+    updates = sorted(int(m[1]) for p in paths if (m := re.fullmatch(r"checkpoint_\d+_(\d+)\.pt", p.name)))
+    if len(updates) < 3:
+        return None
+    step = min(b - a for a, b in zip(updates, updates[1:]))
+    missing = [u for u in range(updates[0], updates[-1], step) if u not in updates]
+    if not missing:
+        return None
+    skipped = ", ".join(map(str, missing))
+    return (
+        f"the {len(updates)} update checkpoints averaged span {len(updates) + len(missing) - 1} intervals of {step} "
+        f"updates: none was saved at update {skipped} (fairseq-train saves none at an interval that ends an epoch)"
+    )
 
 
 #: the trained model's options recorded with its scores
@@ -150,9 +168,9 @@ def evaluate(args) -> dict:
 
     asked = args.average or AVERAGE_LAST
     checkpoints = last_checkpoints(cell_dir, asked, dataset.checkpoints)
-    fewer = averaging_deviation(checkpoints, asked)
-    if fewer:
-        record["training"]["deviations"] = [*record["training"].get("deviations", []), fewer]
+    for note in (averaging_deviation(checkpoints, asked), averaging_gap(checkpoints)):
+        if note:
+            record["training"]["deviations"] = [*record["training"].get("deviations", []), note]
     if args.dry_run:
         print(f"{cell.name}: {state.name} ({state.detail}); would average {', '.join(p.name for p in checkpoints)}")
         beam = DECODING["beam"]

@@ -9,6 +9,7 @@ from fairseq_residual_tools.repro import cli, scoring
 from fairseq_residual_tools.repro.cells import DATASETS
 from fairseq_residual_tools.repro.evaluate import (
     averaging_deviation,
+    averaging_gap,
     last_checkpoints,
     scoring_description,
     what_ran,
@@ -134,6 +135,19 @@ def test_averaging_fewer_checkpoints_than_asked_is_a_recorded_deviation(tmp_path
         "averaged 2 of the 5 checkpoints asked: only these were saved (checkpoint1.pt, checkpoint2.pt)"
     )
     assert averaging_deviation(picked, 2) is None
+
+
+def test_update_checkpoints_averaged_across_a_skipped_interval_are_a_recorded_deviation(tmp_path):
+    for epoch, updates in ((3, 4000), (3, 4500), (4, 5500), (4, 6000)):  # none at 5000, where epoch 3 ended
+        fake_checkpoint(tmp_path / f"checkpoint_{epoch}_{updates}.pt", float(updates))
+    picked = last_checkpoints(tmp_path, 4, "update")
+    assert averaging_gap(picked) == (
+        "the 4 update checkpoints averaged span 4 intervals of 500 updates: none was saved at update 5000 "
+        "(fairseq-train saves none at an interval that ends an epoch)"
+    )
+    assert averaging_gap(picked[1:]) is not None and averaging_gap(picked[2:]) is None  # two: no interval known
+    fake_checkpoint(tmp_path / "checkpoint_3_5000.pt", 5000.0)  # every interval saved: nothing to note
+    assert averaging_gap(last_checkpoints(tmp_path, 5, "update")) is None
 
 
 def trained_cfg(layers):
