@@ -49,6 +49,16 @@ def under_way_text(runs: Sequence[Dict], date: str) -> str:
     )
 
 
+def zoom_start(runs: Sequence[Dict], settings: Dict) -> int:
+    """Where the zoomed curves start: ``--zoom-from``, or half the longest run's updates (on a validation), so that
+    the zoom shows how the runs end."""
+    if settings.get("zoom_from") is not None:
+        return settings["zoom_from"]
+    step = settings["validate_every"]
+    longest = max((r["valid_curve"][-1][0] for r in runs if r["valid_curve"]), default=2 * step)
+    return max(step, longest // 2 // step * step)
+
+
 def plot_curves(runs: Sequence[Dict], path: Path, title: str, zoom_from: Optional[int], whole: bool = False) -> None:
     """The runs' validation curves at ``path``: one panel per depth and warmup (from update ``zoom_from`` on if
     given; ``whole``: the whole curves beside those), one line per scheme and seed, the legend below the panels."""
@@ -219,7 +229,7 @@ def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[D
     if running:
         when = meta["provenance"]["date"][:16].replace("T", " ")
         title = f"Bible es-en: under way at {when} UTC (not results)"
-        plot_curves(running, so_far, title, meta["settings"]["zoom_from"], whole=True)
+        plot_curves(running, so_far, title, zoom_start(running, meta["settings"]), whole=True)
     summary_file = out / "summary.md"
     reading = summary_file.read_text().strip() if summary_file.exists() else ""
     s = meta["settings"]
@@ -241,7 +251,8 @@ def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[D
         return
     title = "Bible es-en, trained to the plateau (a CPU-scale run)"
     plot_curves(results, out / "valid_loss.png", title, None)
-    plot_curves(results, out / "valid_loss_zoom.png", title, meta["settings"]["zoom_from"])
+    zoom = zoom_start(results, meta["settings"])
+    plot_curves(results, out / "valid_loss_zoom.png", title, zoom)
     write_json(out / "results.json", {**meta, "runs": results})
     data = meta["data"]
     signature = next((r["sacrebleu_signature"] for r in results if r.get("sacrebleu_signature")), "n/a")
@@ -315,7 +326,7 @@ included; "s / update": its pace, the median attempt's wall time per update, `tr
 {run_list(results, rule)}
 
 Curves: [valid_loss.png](valid_loss.png) (whole runs), [valid_loss_zoom.png](valid_loss_zoom.png) (from update
-{s["zoom_from"]}). Every run's numbers, curves, commands and provenance: [results.json](results.json) and
+{zoom}). Every run's numbers, curves, commands and provenance: [results.json](results.json) and
 [runs/](runs/).
 
 ## Setting

@@ -355,7 +355,9 @@ def parse_args(argv=None):
     p.add_argument("--plateau-min-updates", type=int, default=2000)
     p.add_argument("--max-update-cap", type=int, default=30000, help="a guard: raising it trains capped runs on")
     p.add_argument("--average", type=int, default=5, help="interval checkpoints averaged for BLEU")
-    p.add_argument("--zoom-from", type=int, default=1000, help="the zoomed curves start here")
+    p.add_argument(
+        "--zoom-from", type=int, help="the zoomed curves start here (default: half the longest run, its end's part)"
+    )
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the finished runs' records")
     args = p.parse_args(argv)
     if args.validate_every <= 0 or args.plateau_min_updates % args.validate_every:

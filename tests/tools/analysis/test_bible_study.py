@@ -387,3 +387,15 @@ def test_each_scored_run_is_tested_against_pre_ln_of_its_cell_on_the_translation
     other(None, out_file.parent, 0, args)
     with pytest.raises(DataError, match="decoded other references"):
         bible_study.keep_test_output(out_file, records, results[1], "en")
+
+
+def test_the_zoomed_curves_show_the_second_half_of_the_longest_run_unless_told():
+    settings = vars(bible_study.parse_args([]))
+    runs = [
+        {"valid_curve": [[250, 9.0], [22750, 4.3]]},
+        {"valid_curve": [[250, 9.0], [8000, 4.9]]},
+        {"valid_curve": []},
+    ]
+    assert bible_report.zoom_start(runs, settings) == 11250  # half of 22,750, on a validation (every 250)
+    assert bible_report.zoom_start(runs, {**settings, "zoom_from": 5000}) == 5000
+    assert bible_report.zoom_start([], settings) == 250
