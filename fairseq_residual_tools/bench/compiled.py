@@ -131,13 +131,10 @@ def side_by_side(
 def _one_step(step, device: str) -> float:
     import torch
 
-    loss = step.loss()
-    loss.backward()
-    step.optimizer.step()
-    step.optimizer.zero_grad(set_to_none=True)
+    loss = step()
     if device == "cuda":
         torch.cuda.synchronize()
-    return float(loss.detach())
+    return float(loss)
 
 
 def costliest_kernels(step, device: str, count: int = 10, repeats: int = 3) -> List[Dict]:

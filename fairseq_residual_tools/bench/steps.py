@@ -53,10 +53,13 @@ class TrainingStep:
         loss, _ = label_smoothed_nll_loss(lprobs, target, LABEL_SMOOTHING, ignore_index=self.model.decoder.padding_idx)
         return loss
 
-    def __call__(self):
-        self.loss().backward()
+    def __call__(self) -> torch.Tensor:
+        """One step; the loss, detached (reading it, not returning it, would wait for a GPU)."""
+        loss = self.loss()
+        loss.backward()
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
 
     def persistent_bytes(self) -> int:
         """Parameters, buffers and optimizer state: what the process holds between steps."""
