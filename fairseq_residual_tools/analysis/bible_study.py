@@ -153,9 +153,14 @@ def current_record(path: Path, args) -> Optional[Dict]:
 def train_to_end(spec: RunSpec, databin: Path, save_dir: Path, args, label: str) -> Dict:
     """Train one validation interval at a time until ``stop_reason``; returns it."""
     out_file = save_dir / "train.out"
-    while (stop := stop_reason(out_file, args)) is None:
+    while True:
         curve = read_log(out_file).valid if out_file.exists() else []
         done = curve[-1][0] if curve else 0
+        if done:  # fairseq saves no update checkpoint at an epoch's end: the average would skip this validation
+            fill_update_checkpoint(save_dir, done)  # here, not after training: a run killed in between fills it too
+        stop = stop_reason(out_file, args)
+        if stop is not None:
+            return stop
         target = (done // args.validate_every + 1) * args.validate_every
         best = min((loss for _, loss in curve), default=None)
         print(f"    [{label}] training to update {target} (best valid loss so far {best})", flush=True)
@@ -164,8 +169,6 @@ def train_to_end(spec: RunSpec, databin: Path, save_dir: Path, args, label: str)
         after = read_log(out_file)
         if not after.nan_error and (not after.valid or after.valid[-1][0] < target):
             raise RunError(f"{label}: fairseq-train", 0, f"stopped before validating at update {target}", out_file)
-        fill_update_checkpoint(save_dir, target)  # none at an epoch's end: the average would skip this validation
-    return stop
 
 
 def average_and_score(databin: Path, save_dir: Path, end_update: int, args) -> Dict:

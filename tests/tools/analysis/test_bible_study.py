@@ -158,13 +158,16 @@ def test_it_trains_an_interval_at_a_time_until_the_first_validation_where_the_ru
 
 
 def test_a_killed_run_resumes_from_its_last_validation_and_ends_where_an_unbroken_one_does(tmp_path, monkeypatch):
-    trainer = FakeTrainer(plateau_curve, kill_at=650)
+    trainer, filled = FakeTrainer(plateau_curve, kill_at=650), []
     monkeypatch.setattr(bible_study, "run_training", trainer)
+    monkeypatch.setattr(bible_study, "fill_update_checkpoint", lambda folder, update: filled.append(update))
     args, spec = study_args(tmp_path), RunSpec("pre", 6, True, 1)
     with pytest.raises(RunError):
         bible_study.train_to_end(spec, "D", tmp_path, args, "pre")
+    assert filled == [250, 500]  # killed at 650: update 500's checkpoint is filled again when it resumes
     assert bible_study.train_to_end(spec, "D", tmp_path, args, "pre") == {"stop": "plateau", "end_update": 2500}
     assert trainer.targets == [250, 500, 750, 750, *range(1000, 2501, 250)]
+    assert filled == [250, 500, 500, *range(750, 2501, 250)]
 
 
 def test_a_run_that_never_plateaus_stops_at_the_cap_and_a_nan_at_once(tmp_path, monkeypatch):
