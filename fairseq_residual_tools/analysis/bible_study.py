@@ -36,7 +36,7 @@ from ..errors import ConfigError, DataError, exit_on_user_error
 from ..files import write_json, write_lines
 from ..provenance import ROOT, describe_git, git_state, provenance
 from ..runner import PLUGIN_DIR, RunError, fairseq_command
-from ..training_log import outcome, read_log
+from ..training_log import TrainLog, divergence, outcome, read_log
 from .bible_report import PAGES, REFERENCES, cell_table, hypotheses_file, publish, write_report
 from .fingerprint import model_fingerprint
 from .plateau import Plateau
@@ -131,13 +131,10 @@ def judge(valid: Sequence, last_train: int, verdict: str, args) -> Optional[Dict
     return None
 
 
-def stop_reason(out_file: Path, args) -> Optional[Dict]:
-    """``judge`` of the run's log so far, or None while it has none."""
-    if not out_file.exists():
-        return None
-    log = read_log(out_file)
+def stop_reason(log: TrainLog, args) -> Optional[Dict]:
+    """``judge`` of the run's log so far (``read_log``)."""
     last_train = log.train[-1][0] if log.train else 0
-    return judge(log.valid, last_train, str(outcome(out_file)["fails"] or ""), args)
+    return judge(log.valid, last_train, divergence(log) or "", args)
 
 
 def current_record(path: Path, args) -> Optional[Dict]:
@@ -154,11 +151,12 @@ def train_to_end(spec: RunSpec, databin: Path, save_dir: Path, args, label: str)
     """Train one validation interval at a time until ``stop_reason``; returns it."""
     out_file = save_dir / "train.out"
     while True:
-        curve = read_log(out_file).valid if out_file.exists() else []
+        log = read_log(out_file) if out_file.exists() else None
+        curve = log.valid if log else []
         done = curve[-1][0] if curve else 0
         if done:  # fairseq saves no update checkpoint at an epoch's end: the average would skip this validation
             fill_update_checkpoint(save_dir, done)  # here, not after training: a run killed in between fills it too
-        stop = stop_reason(out_file, args)
+        stop = stop_reason(log, args) if log else None
         if stop is not None:
             return stop
         target = (done // args.validate_every + 1) * args.validate_every
