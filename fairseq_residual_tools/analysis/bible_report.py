@@ -154,8 +154,13 @@ def plan_table(planned: Sequence[str], results: Sequence[Dict], running: Sequenc
     return table(["#", "run", "where it stands", "best valid loss", "last quarter"], rows)
 
 
+def run_id(run: Dict) -> str:
+    """``<name>-<key>``: the stem of a record's files in ``OUT/runs`` and its folder in ``--work``/runs."""
+    return f"{run['name']}-{run['key']}"
+
+
 def hypotheses_file(runs: Path, run: Dict) -> Path:
-    return runs / f"{run['name']}-{run['key']}{HYPOTHESES}"
+    return runs / f"{run_id(run)}{HYPOTHESES}"
 
 
 def baselines(scheme: str) -> Sequence[str]:

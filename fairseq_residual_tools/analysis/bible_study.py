@@ -37,7 +37,7 @@ from ..files import write_json, write_lines
 from ..provenance import ROOT, describe_git, git_state, provenance
 from ..runner import PLUGIN_DIR, RunError, fairseq_command
 from ..training_log import TrainLog, divergence, outcome, read_log
-from .bible_report import PAGES, REFERENCES, cell_table, hypotheses_file, publish, write_report
+from .bible_report import PAGES, REFERENCES, cell_table, hypotheses_file, publish, run_id, write_report
 from .fingerprint import model_fingerprint
 from .plateau import Plateau
 from .study import RunSpec, print_validation, run_in_pool
@@ -241,7 +241,7 @@ def backfill_test_outputs(results: Sequence[Dict], args) -> None:
 
     records = Path(args.out) / "runs"
     for run in results:
-        out_file = Path(args.work) / "runs" / f"{run['name']}-{run['key']}" / "generate-test.out"
+        out_file = Path(args.work) / "runs" / run_id(run) / "generate-test.out"
         if run["bleu"] is None or hypotheses_file(records, run).is_file() or not out_file.is_file():
             continue
         if parse_generate(out_file.read_text(encoding="utf-8")).fairseq_bleu_line == run["bleu_detail"]:
