@@ -17,6 +17,8 @@ from fairseq_residual_tools.analysis.plateau import best_until
 from fairseq_residual_tools.provenance import describe, provenance
 from fairseq_residual_tools.training_log import read_log, seconds_per_update
 
+FLAGS = ("dropout", "lr")  # the recipe's settings that differ between the runs measured
+
 
 def power_law(u, a, b, c):
     return a + b * u ** (-c)
@@ -29,14 +31,17 @@ def first_plateau_on(params, start: int, until: int = 200_000):
 
 def main(work: Path) -> None:
     print(f"Made by `.venv/bin/python results/bible-study/projection.py {work}` (an extrapolation: see the script).\n")
-    print("| run | dropout | at update | last quarter | fit from | fit a, b, c | rule holds on the fit at | s/update |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| run | dropout | peak lr | at update | last quarter | fit from | fit a, b, c | rule holds on the fit at "
+        "| s/update |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for out in sorted(work.glob("runs/*/train.out")):
         curve = read_log(out).valid
         if len(curve) < 8:
             continue
         command = out.read_text().split("\n", 1)[0]
-        dropout = command.split("--dropout ")[1].split()[0] if "--dropout " in command else "?"
+        dropout, lr = (command.split(f"--{flag} ")[1].split()[0] if f"--{flag} " in command else "?" for flag in FLAGS)
         end = curve[-1][0]
         before, now = best_until(curve, 0.75 * end), best_until(curve, end)
         start = 1500 if dropout == "0.3" else 1000
@@ -46,7 +51,7 @@ def main(work: Path) -> None:
         per_update = seconds_per_update(out)
         fit = ", ".join(f"{p:.3g}" for p in params)
         print(
-            f"| {out.parent.name} | {dropout} | {end} | {(before - now) / before:.1%} | {start} | {fit} | "
+            f"| {out.parent.name} | {dropout} | {lr} | {end} | {(before - now) / before:.1%} | {start} | {fit} | "
             f"{plateau or 'not by 200,000'} | {per_update:.2f} |"
         )
     print(f"\n{describe(provenance())}")
