@@ -2,6 +2,7 @@
 depth beside the paper's IWSLT table, every run's line, the validation curves, and the block that README.md and
 docs/results.md show between their markers (``publish``)."""
 
+import math
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -97,10 +98,13 @@ def paper_table() -> str:
 
 
 def last_quarter_gain(run: Dict, rule: Plateau) -> str:
-    """How much the run's best validation loss fell over the last quarter up to its end, the plateau rule's measure."""
+    """How much the run's best validation loss fell over the last quarter up to its end, the plateau rule's measure,
+    in hundredths of a percent rounded down, so that a fall under the rule's fraction never reads as equal to it."""
     end = run["end_update"]
     before, now = best_until(run["valid_curve"], end * (1 - rule.window)), best_until(run["valid_curve"], end)
-    return f"{(before - now) / before:.1%}" if before and now is not None and end >= rule.min_updates else "-"
+    if not before or now is None or end < rule.min_updates:
+        return "-"
+    return f"{math.floor((before - now) / before * 1e4 + 1e-9) / 100:.2f}%"
 
 
 def run_list(results: List[Dict], rule: Plateau) -> str:
@@ -208,9 +212,11 @@ def published_block(results: Dict) -> str:
     has finished, and where the rest is."""
     runs, planned = results["runs"], results["planned"]
     left = [name for name in planned if name not in {r["name"] for r in runs}]
-    status = f"{len(runs)} of the {len(planned)} planned runs finished" + (
-        f"; not yet trained: {', '.join(left)}" if left else ""
-    )
+    status = f"{len(runs)} of the {len(planned)} planned runs finished"
+    if len(left) > 3:  # a long plan is counted: the report names each run and where it stands
+        status += f"; {len(left)} not yet trained (each named in `results/bible-study/README.md`)"
+    elif left:
+        status += f"; not yet trained: {', '.join(left)}"
     made = f"{results['provenance']['date'][:10]}, runs trained at {', '.join(sorted({r['git'] for r in runs}))}"
     return (
         f"{cell_table(runs, 'bleu', 2)}\n\nTest BLEU (tokenised, as the paper's IWSLT table) at the end of each run, "

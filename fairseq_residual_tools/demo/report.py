@@ -14,7 +14,7 @@ from ..provenance import describe, describe_git
 from ..training_log import RULE
 
 NAMES = {"post": "Post-LN", "pre": "Pre-LN", "residual": "ResiDual"}
-#: the lines around the demo's table in README.md and docs/results.md: ``publish`` rewrites what is between them
+#: the lines around the demo's table in docs/results.md: ``publish`` rewrites what is between them
 BLOCK_START = "<!-- the demo's table, written from results/demo/results.json by `make demo-results`: do not edit -->"
 BLOCK_END = "<!-- end of the demo's table -->"
 
@@ -154,7 +154,7 @@ Training curves: [curves.png](curves.png). Every number, each run's curves and e
 
 
 def published_block(results: Dict) -> str:
-    """What README.md and docs/results.md show of a results.json: its table and reading, and the code and date."""
+    """What docs/results.md shows of a results.json: its table and reading, and the code and date."""
     made = f"code {describe_git(results['provenance']['git'])}, {results['provenance']['date'][:10]}"
     return (
         f"{results_table(results['rows'])}\n\n{reading(results['rows'])}\n\nFrom `results/demo/results.json` ({made})."

@@ -214,7 +214,13 @@ def test_a_finished_run_is_recorded_under_its_key_and_reused_without_training(tm
     bible_report.write_report(results, meta, tmp_path / "report")
     readme = (tmp_path / "report" / "README.md").read_text()
     assert "**the paper's, not\nmeasured here**" in readme and "| residual | yes      | 12.50" in readme
-    finished_row = ["1", "residual-e6d6-warmup-seed1", "finished at update 2500: plateau", "4.240", "0.2%"]
+    finished_row = [
+        "1",
+        "residual-e6d6-warmup-seed1",
+        "finished at update 2500: plateau",
+        "4.240",
+        "0.23%",
+    ]  # 4.25 -> 4.24
     assert finished_row in table_rows(readme)
     along = ["residual", "yes", "4.600", "4.240", "not logged", "not logged"]  # the curve at 1,000 / 2,000; it ended
     assert along in table_rows(readme)
@@ -278,6 +284,11 @@ def test_publish_writes_the_bleu_table_and_what_is_left_of_the_plan_between_the_
     assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
     assert "| pre      | yes      | 20.25  |" in text
     assert "1 of the 2 planned runs finished; not yet trained: post-e6d6-warmup-seed1" in text
+    many = {**results, "planned": ["pre-e6d6-warmup-seed1"] + [f"post-e6d6-warmup-seed{s}" for s in range(2, 7)]}
+    bible_report.publish(many, [page])  # a long plan is counted, not listed: the report names each run
+    assert "1 of the 6 planned runs finished; 5 not yet trained (each named in `results/bible-study/README.md`)" in (
+        page.read_text()
+    )
 
 
 def test_a_runs_key_is_the_same_in_a_checkout_at_another_path(monkeypatch):
@@ -320,7 +331,7 @@ def test_the_report_names_the_runs_under_way_and_where_they_are_until_they_finis
     assert (tmp_path / "report" / "under_way.png").stat().st_size > 0
     plan = [row for row in table_rows(readme) if row[0] in ("1", "2")]
     assert plan == [
-        ["1", "pre-e6d6-warmup-seed1", "under way at update 1000", "4.600", "8.0%"],  # best 5.0 at 750 -> 4.6
+        ["1", "pre-e6d6-warmup-seed1", "under way at update 1000", "4.600", "8.00%"],  # best 5.0 at 750 -> 4.6
         ["2", "post-e6d6-warmup-seed1", "not started", "-", "-"],
     ]
 
@@ -333,11 +344,22 @@ def test_the_report_names_the_runs_under_way_and_where_they_are_until_they_finis
 def test_the_report_gives_each_run_its_fall_over_the_last_quarter_the_plateau_rules_measure():
     rule = bible_study.plateau_rule(bible_study.parse_args([]))
     capped = {"end_update": 8000, "valid_curve": [[2000, 6.0], [6000, 5.0], [7000, 5.1], [8000, 4.85]]}
-    assert bible_report.last_quarter_gain(capped, rule) == "3.0%"  # best 5.0 at update 6000 -> 4.85 at 8000
+    assert bible_report.last_quarter_gain(capped, rule) == "3.00%"  # best 5.0 at update 6000 -> 4.85 at 8000
     flat = {"end_update": 4000, "valid_curve": [[2000, 5.0], [3000, 4.9], [3500, 4.95], [4000, 4.92]]}
-    assert bible_report.last_quarter_gain(flat, rule) == "0.0%"
+    assert bible_report.last_quarter_gain(flat, rule) == "0.00%"
     early = {"end_update": 750, "valid_curve": [[250, 9.0], [500, 8.0], [750, 11.0]]}  # diverged before the rule
     assert bible_report.last_quarter_gain(early, rule) == "-"
+
+
+def test_a_fall_just_under_the_rules_one_percent_never_reads_as_one_percent():
+    rule = bible_study.plateau_rule(bible_study.parse_args([]))
+    # the pilot's Pre-LN run: best 4.606 at update 4,500 -> 4.560 at 6,000, a 0.999 % fall: plateaued by the rule
+    pilot = {"end_update": 6000, "valid_curve": [[2000, 4.961], [4500, 4.606], [5000, 4.573], [6000, 4.56]]}
+    assert rule.holds_at(pilot["valid_curve"], 6000)
+    assert bible_report.last_quarter_gain(pilot, rule) == "0.99%"
+    just_over = {"end_update": 6000, "valid_curve": [[2000, 5.0], [4500, 4.6], [6000, 4.553]]}  # 1.02 %: not yet
+    assert not rule.holds_at(just_over["valid_curve"], 6000)
+    assert bible_report.last_quarter_gain(just_over, rule) == "1.02%"
 
 
 def test_each_scored_run_is_tested_against_pre_ln_of_its_cell_on_the_translations_kept_beside_its_record(

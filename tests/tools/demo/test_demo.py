@@ -1,5 +1,6 @@
 """`make demo`: its settings file, its reading of the numbers, a reduced run end to end that leaves the tree as it
-found it, and the committed results: of today's code, and the table the README and docs/results.md show."""
+found it, and the committed results: of today's code, and the table docs/results.md shows (the README shows the
+Bible study's)."""
 
 import json
 import subprocess
@@ -7,8 +8,9 @@ import subprocess
 import pytest
 from helpers import ROOT
 
+from fairseq_residual_tools.analysis.bible_report import README_BLOCK as BIBLE_BLOCK
 from fairseq_residual_tools.demo import run
-from fairseq_residual_tools.demo.report import published, published_block, reading
+from fairseq_residual_tools.demo.report import BLOCK_START, published, published_block, reading
 from fairseq_residual_tools.demo.run import DEFAULT_CONFIG, DEMO_CODE, PAGES, RESULTS, load_settings
 from fairseq_residual_tools.errors import ConfigError
 from fairseq_residual_tools.provenance import code_sha256
@@ -140,13 +142,15 @@ def test_the_committed_demo_results_are_of_todays_plugin_demo_and_settings():
     assert results["settings"] == load_settings(DEFAULT_CONFIG) and "--update-results" in results["command"]
 
 
-def test_the_readme_and_docs_show_the_committed_demo_table():
+def test_docs_results_shows_the_committed_demo_table_and_the_readme_the_bible_studys():
     results = json.loads((RESULTS / "results.json").read_text())
     header = published_block(results).splitlines()[0]
     for page in PAGES:
         assert published(page) == published_block(results), f"{page.name} shows another table: {REDO}"
         # once, inside the block (an edit once pasted a stale copy into the README's first sentence)
         assert page.read_text().count(header) == 1, f"{page.name} shows the demo's table outside its block"
+    readme = (ROOT / "README.md").read_text()  # the headline table is evidence on real text; the demo is a check
+    assert BLOCK_START not in readme and BIBLE_BLOCK[0] in readme and "(docs/results.md#the-demo)" in readme
 
 
 def test_updating_the_committed_results_takes_the_default_settings_only(tmp_path):
