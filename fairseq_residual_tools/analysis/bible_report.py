@@ -26,8 +26,9 @@ PAPER_IWSLT = {
 
 #: the pages that show the study's table (``publish``), and the lines around it
 PAGES = (ROOT / "README.md", ROOT / "docs" / "results.md")
-#: the validation points shown beside the end: where the project's other figures stop (1,000-2,000) and on
-ALONG_THE_WAY = (1000, 2000, 5000, 10000)
+#: the validation points shown beside the end: where the project's other figures stop (500-2,000) and 4,000, two
+#: thirds of the way to where the study's recipe ends (Pre-LN E6D6: 6,000)
+ALONG_THE_WAY = (500, 1000, 2000, 4000)
 #: beside the records in OUT/runs: each scored run's test translations and, once, the references (Moses-detokenised,
 #: as sacreBLEU scores them), for the paired bootstrap
 HYPOTHESES, REFERENCES = ".test.detok", "test-references.detok"
