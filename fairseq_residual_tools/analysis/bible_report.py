@@ -4,12 +4,13 @@ docs/results.md show between their markers (``publish``)."""
 
 import math
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..files import write_json, write_text
 from ..markdown import table, write_block
 from ..provenance import ROOT, describe
 from ..training_log import RULE as FAILS_RULE
+from .bible_reading import reading as computed_reading
 from .plateau import Plateau, best_until
 from .significance import RESAMPLES, paired_bootstrap
 from .study import ablation_table, failure_list, losses_at_table
@@ -175,35 +176,46 @@ def baselines(scheme: str) -> Sequence[str]:
     return ("pre", "residual") if follows_residual else ("pre",)
 
 
-def significance_table(results: List[Dict], runs: Path) -> str:
-    """Each scored run against its ``baselines`` of the same depth, warmup and seed: sacreBLEU's paired bootstrap
-    on their test translations (``significance``), with the test's signature; a sentence where no pair is scored."""
-    none = "No cell has a scored run and a scored baseline yet."
+def comparisons(results: List[Dict], runs: Path) -> Tuple[List[Dict], str]:
+    """Each scored run against its ``baselines`` of the same depth, warmup and seed, and a cell's best run by BLEU
+    against its second where no baseline pairs them: sacreBLEU's paired bootstrap on their test translations
+    (``significance``). Rows: the cell, scheme, against, both sacreBLEUs, difference, interval and p; and the test's
+    signature ("" where nothing was compared)."""
     if not (runs / REFERENCES).is_file():
-        return none
+        return [], ""
     references = (runs / REFERENCES).read_text(encoding="utf-8").splitlines()
 
     def translations(run):
         return hypotheses_file(runs, run).read_text(encoding="utf-8").splitlines()
 
-    rows, signature = [], ""
-    scored = [r for r in results if hypotheses_file(runs, r).is_file()]
+    rows: List[Dict] = []
+    signature = ""
+    scored = [r for r in results if not r["fails"] and hypotheses_file(runs, r).is_file()]
     for layers, warmup, seed in dict.fromkeys((r["layers"], r["warmup"], r["seed"]) for r in scored):
         cell = {r["scheme"]: r for r in scored if (r["layers"], r["warmup"], r["seed"]) == (layers, warmup, seed)}
-        for against, base in ((b, cell[b]) for b in ("pre", "residual") if b in cell):
-            others = [r for scheme, r in cell.items() if scheme != against and against in baselines(scheme)]
-            if not others:
-                continue
-            systems = {r["scheme"]: translations(r) for r in others}
-            base_score, compared, signature = paired_bootstrap(translations(base), systems, references)
-            for r in others:
-                c = compared[r["scheme"]]
-                p = "-" if c["p"] is None else f"{c['p']:.3f}"
-                rows.append([f"E{layers}D{layers}", "yes" if warmup else "no", seed, r["scheme"], against])
-                rows[-1] += [f"{base_score:.2f}", f"{c['sacrebleu']:.2f}", f"{c['delta']:+.2f}"]
-                rows[-1] += [f"± {c['ci95']:.2f}", p]
-    if not rows:
-        return none
+        pairs = [(s, b) for b in ("pre", "residual") if b in cell for s in cell if s != b and b in baselines(s)]
+        ranked = sorted(cell, key=lambda s: -cell[s]["bleu"])
+        if len(ranked) > 1 and not {(ranked[0], ranked[1]), (ranked[1], ranked[0])} & set(pairs):
+            pairs.append((ranked[0], ranked[1]))  # the best against its second
+        for against in dict.fromkeys(b for _, b in pairs):
+            systems = {s: translations(cell[s]) for s, b in pairs if b == against}
+            base_score, compared, signature = paired_bootstrap(translations(cell[against]), systems, references)
+            for scheme in systems:
+                where = dict(layers=layers, warmup=warmup, seed=seed, scheme=scheme, against=against)
+                rows.append({**where, "against_sacrebleu": base_score, **compared[scheme]})
+    return rows, signature
+
+
+def significance_table(compared: List[Dict], signature: str) -> str:
+    """``comparisons``' rows as a table with the test's signature; a sentence where nothing was compared."""
+    if not compared:
+        return "No cell has two scored runs yet."
+    rows = []
+    for c in compared:
+        p = "-" if c["p"] is None else f"{c['p']:.3f}"
+        rows.append([f"E{c['layers']}D{c['layers']}", "yes" if c["warmup"] else "no", c["seed"], c["scheme"]])
+        rows[-1] += [c["against"], f"{c['against_sacrebleu']:.2f}", f"{c['sacrebleu']:.2f}", f"{c['delta']:+.2f}"]
+        rows[-1] += [f"± {c['ci95']:.2f}", p]
     headers = ["depth", "warmup", "seed", "scheme", "against", "against: sacreBLEU", "sacreBLEU", "difference"]
     return f"{table(headers + ['95 % interval', 'p'], rows)}\n\nSignature: `{signature}`."
 
@@ -269,6 +281,7 @@ def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[D
     data = meta["data"]
     signature = next((r["sacrebleu_signature"] for r in results if r.get("sacrebleu_signature")), "n/a")
     hours = sum(r["train_seconds"] for r in results) / 3600
+    compared, test_signature = comparisons(results, out / "runs")
     progress = (
         f"**{len(results)} of the {len(meta.get('planned', results))} planned runs have finished**."
         + (f"\n\n{snapshot}" if snapshot else "")
@@ -284,6 +297,10 @@ paper's differences are.
 {progress}
 
 {reading}
+
+## What the finished runs say (computed from their records)
+
+{computed_reading(results, compared)}
 
 ## Test BLEU at the end (tokenised, lowercased: the measure of the paper's IWSLT table; mean ± half-range over seeds)
 
@@ -303,12 +320,13 @@ Signature: `{signature}`.
 ## Which differences the test set can tell apart
 
 sacreBLEU's paired bootstrap (`--paired-bs`: {RESAMPLES:,} resamples of the {data["pairs"]["test"]:,} test verses, the
-same draws for both runs) of each run against Pre-LN of the same depth, warmup and seed, and of ResiDual's options and
-successors also against ResiDual. "p": how often a difference at least as large arises from the resampling alone; the
-interval is the run's BLEU over the resamples. A difference with p above 0.05 is one this test set cannot tell from
-noise; one seed says nothing of the spread over seeds.
+same draws for both runs) of each run against Pre-LN of the same depth, warmup and seed, of ResiDual's options and
+successors also against ResiDual, and of a cell's best run against its second where neither is the other's
+baseline. "p": how often a difference at least as large arises from the resampling alone; the interval is the run's
+BLEU over the resamples. A difference with p above 0.05 is one this test set cannot tell from noise; one seed says
+nothing of the spread over seeds.
 
-{significance_table(results, out / "runs")}
+{significance_table(compared, test_signature)}
 
 ## Where each run ended
 

@@ -1,0 +1,105 @@
+"""The Bible study's reading, computed from the finished runs so that it stays true as runs are added: for each
+depth, warmup and seed, who ends best, whether ResiDual's early gap to Pre-LN closes by the end, whether
+``--residual-output-scale 0.5`` moves ResiDual's end point, and who failed by the rule.
+
+The early gap is the difference of validation losses at update ``EARLY``; the end gap the difference of each run's
+best validation loss (where the plateau rule ended it):
+
+    early = L_residual(EARLY) - L_pre(EARLY)        end = min_u L_residual(u) - min_u L_pre(u)
+
+"closes": early > 0 and end <= 0; "narrows": 0 < end < early. A BLEU difference is one the test set tells apart
+where sacreBLEU's paired bootstrap gives p <= ``ALPHA`` (``bible_report.comparisons``)."""
+
+from typing import Dict, List, Optional, Sequence
+
+from .study import loss_at
+
+EARLY = 1000  # where the project's short CPU runs stop, and ResiDual trails there (results/output-scale)
+ALPHA = 0.05
+NAMES = {
+    "post": "Post-LN",
+    "pre": "Pre-LN",
+    "residual": "ResiDual",
+    "residual:scale=0.5": "ResiDual with output scale 0.5",
+    "hc": "HC",
+    "siamese": "SiameseNorm",
+    "attn-res": "Attention Residuals",
+}
+
+
+def name(scheme: str) -> str:
+    return NAMES.get(scheme, scheme)
+
+
+def bleu_difference(compared: Optional[Dict]) -> str:
+    """``compared``: one of ``comparisons``' rows (None: not tested, e.g. a run not decoded)."""
+    if compared is None:
+        return "BLEU not compared"
+    if compared["p"] is None:
+        return "the same sacreBLEU"
+    told = "told apart" if compared["p"] <= ALPHA else "within the test set's noise"
+    return f"sacreBLEU {compared['delta']:+.2f} (p = {compared['p']:.3f}: {told})"
+
+
+def early_gap(residual: Dict, pre: Dict) -> str:
+    """Whether ResiDual's validation-loss gap to Pre-LN at update EARLY closes by their best losses."""
+    early_r, early_p = loss_at(residual, EARLY), loss_at(pre, EARLY)
+    end = residual["best_valid_loss"] - pre["best_valid_loss"]
+    if early_r is None or early_p is None:
+        return f"validation loss {end:+.3f} at the best (no point at update {EARLY:,})"
+    early = early_r - early_p
+    said = f"validation loss {early:+.3f} at update {EARLY:,}, {end:+.3f} at the best"
+    if early <= 0:
+        return f"{said}: ResiDual is not behind at update {EARLY:,}"
+    if end <= 0:
+        return f"{said}: the early gap closes"
+    return f"{said}: the early gap {'narrows but does not close' if end < early else 'does not narrow'}"
+
+
+def cell_reading(runs: Sequence[Dict], compared: Sequence[Dict]) -> List[str]:
+    """The lines for one depth, warmup and seed: its runs and the comparisons made within it."""
+    by = {r["scheme"]: r for r in runs}
+    trained = sorted((r for r in runs if not r["fails"]), key=lambda r: -r["bleu"])
+    r0 = runs[0]
+    head = f"E{r0['layers']}D{r0['layers']} {'with' if r0['warmup'] else 'without'} warmup, seed {r0['seed']}"
+    ranked = ", ".join(f"{name(r['scheme'])} {r['bleu']:.2f}" for r in trained) or "none"
+    lines = [f"**{head}** ({len(runs)} finished): BLEU, best first: {ranked}."]
+    failed = [r for r in runs if r["fails"]]
+    if failed:
+        lines.append("Failed by the rule: " + "; ".join(f"{name(r['scheme'])} ({r['fails']})" for r in failed) + ".")
+
+    def tested(scheme, against):
+        return next((c for c in compared if (c["scheme"], c["against"]) == (scheme, against)), None)
+
+    if len(trained) > 1:
+        best, second = trained[0]["scheme"], trained[1]["scheme"]
+        c = tested(best, second) or tested(second, best)
+        if c is not None and c["scheme"] != best:  # tested the other way round: the best's difference is the negative
+            c = dict(c, delta=-c["delta"])
+        if c is not None:
+            lines.append(f"{name(best)} against {name(second)}: {bleu_difference(c)}.")
+    residual, pre = by.get("residual"), by.get("pre")
+    if residual and pre and not residual["fails"] and not pre["fails"]:
+        lines.append(
+            f"ResiDual against Pre-LN: {early_gap(residual, pre)}; {bleu_difference(tested('residual', 'pre'))}."
+        )
+    scaled = by.get("residual:scale=0.5")
+    if scaled and residual and not scaled["fails"] and not residual["fails"]:
+        end = scaled["best_valid_loss"] - residual["best_valid_loss"]
+        lines.append(
+            f"Output scale 0.5 against ResiDual: best validation loss {end:+.3f}, ended at update "
+            f"{scaled['end_update']:,} against {residual['end_update']:,}; "
+            f"{bleu_difference(tested('residual:scale=0.5', 'residual'))}."
+        )
+    return lines
+
+
+def reading(results: Sequence[Dict], compared: Sequence[Dict]) -> str:
+    """Every cell's lines, in the order its first run appears in ``results``; ``compared``: ``comparisons``' rows."""
+    cells = dict.fromkeys((r["layers"], r["warmup"], r["seed"]) for r in results)
+    parts = []
+    for cell in cells:
+        runs = [r for r in results if (r["layers"], r["warmup"], r["seed"]) == cell]
+        tests = [c for c in compared if (c["layers"], c["warmup"], c["seed"]) == cell]
+        parts.append(" ".join(cell_reading(runs, tests)))
+    return "\n\n".join(parts) if parts else "No run has finished yet."

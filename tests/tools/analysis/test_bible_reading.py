@@ -1,0 +1,89 @@
+"""The Bible study's computed reading: who ends best, whether ResiDual's early gap to Pre-LN closes, what the output
+scale does to the end point, who failed; and the comparisons it reads (best against second where no baseline pairs
+them)."""
+
+from fairseq_residual_tools.analysis import bible_reading, bible_report
+
+
+def run(scheme, at_1000, best, bleu, end=6000, fails=None, seed=1):
+    curve = [[500, at_1000 + 1.0], [1000, at_1000], [end, best]]
+    where = dict(scheme=scheme, layers=6, warmup=True, seed=seed, name=f"{scheme}-e6d6-warmup-seed{seed}", key="k")
+    return dict(where, valid_curve=curve, best_valid_loss=best, end_update=end, bleu=bleu, fails=fails)
+
+
+def test_residuals_early_gap_closes_narrows_or_stays_by_the_difference_of_the_best_losses():
+    pre = run("pre", 6.0, 4.56, 32.45)
+    closes = bible_reading.early_gap(run("residual", 6.2, 4.50, 33.0), pre)
+    assert closes == "validation loss +0.200 at update 1,000, -0.060 at the best: the early gap closes"
+    narrows = bible_reading.early_gap(run("residual", 6.2, 4.60, 32.0), pre)
+    assert narrows.endswith("+0.040 at the best: the early gap narrows but does not close")
+    stays = bible_reading.early_gap(run("residual", 6.02, 4.60, 32.0), pre)
+    assert stays.endswith("+0.020 at update 1,000, +0.040 at the best: the early gap does not narrow")
+    ahead = bible_reading.early_gap(run("residual", 5.9, 4.60, 32.0), pre)
+    assert ahead.endswith("ResiDual is not behind at update 1,000")
+
+
+def test_a_bleu_difference_is_told_apart_only_at_p_005_or_below():
+    told = dict(delta=0.81, p=0.004)
+    assert bible_reading.bleu_difference(told) == "sacreBLEU +0.81 (p = 0.004: told apart)"
+    noise = dict(delta=-0.3, p=0.2)
+    assert bible_reading.bleu_difference(noise) == "sacreBLEU -0.30 (p = 0.200: within the test set's noise)"
+    assert bible_reading.bleu_difference(dict(delta=0.0, p=None)) == "the same sacreBLEU"
+    assert bible_reading.bleu_difference(None) == "BLEU not compared"
+
+
+def test_a_cells_reading_ranks_its_runs_and_answers_the_issues_questions():
+    runs = [
+        run("post", 6.1, 4.60, 31.0, fails="a training loss above 2x the best before it"),
+        run("pre", 6.0, 4.56, 32.45),
+        run("residual", 6.2, 4.50, 33.0, end=6500),
+        run("residual:scale=0.5", 6.0, 4.52, 32.9, end=5750),
+    ]
+    cell = dict(layers=6, warmup=True, seed=1)
+    compared = [
+        dict(cell, scheme="residual", against="pre", delta=0.5, p=0.03),
+        dict(cell, scheme="residual:scale=0.5", against="residual", delta=-0.1, p=0.6),
+    ]
+    text = bible_reading.reading(runs, compared)
+    assert text.startswith(
+        "**E6D6 with warmup, seed 1** (4 finished): BLEU, best first: ResiDual 33.00, ResiDual with output scale 0.5 "
+        "32.90, Pre-LN 32.45. Failed by the rule: Post-LN (a training loss above 2x the best before it)."
+    )
+    # best and second were tested the other way round (the output scale against its baseline): the sign turns
+    assert "ResiDual against ResiDual with output scale 0.5: sacreBLEU +0.10 (p = 0.600" in text
+    assert (
+        "ResiDual against Pre-LN: validation loss +0.200 at update 1,000, -0.060 at the best: the early gap closes;"
+        in (text)
+    )
+    assert "sacreBLEU +0.50 (p = 0.030: told apart)." in text
+    assert (
+        "Output scale 0.5 against ResiDual: best validation loss +0.020, ended at update 5,750 against 6,500; "
+        "sacreBLEU -0.10 (p = 0.600: within the test set's noise)." in text
+    )
+    assert bible_reading.reading([], []) == "No run has finished yet."
+
+
+def test_each_cell_is_read_apart_in_the_order_its_runs_finished():
+    runs = [run("pre", 6.0, 4.56, 32.45, seed=2), run("pre", 6.0, 4.58, 32.1), run("post", 6.1, 4.5, 33.2, seed=2)]
+    cells = bible_reading.reading(runs, []).split("\n\n")
+    assert [c.split("**")[1] for c in cells] == ["E6D6 with warmup, seed 2", "E6D6 with warmup, seed 1"]
+    assert "Post-LN 33.20, Pre-LN 32.45" in cells[0] and "BLEU not compared" not in cells[0]  # no test: no line
+    assert cells[1].endswith("BLEU, best first: Pre-LN 32.10.")
+
+
+def test_the_best_run_of_a_cell_is_tested_against_its_second_where_no_baseline_pairs_them(tmp_path):
+    references = ["the lord is my shepherd ; i shall not want .", "in the beginning was the word .", "jesus wept ."]
+    said = {
+        "post": references,
+        "residual": ["the lord is my shepherd ; i shall not want .", "in the beginning was a word .", "jesus wept"],
+        "pre": ["the lord is a shepherd .", "in the start was the word .", "jesus cried ."],
+    }
+    runs = [run("post", 6.0, 4.4, 100.0), run("pre", 6.0, 4.6, 20.0), run("residual", 6.0, 4.5, 60.0)]
+    (tmp_path / bible_report.REFERENCES).write_text("\n".join(references) + "\n")
+    for r in runs:
+        bible_report.hypotheses_file(tmp_path, r).write_text("\n".join(said[r["scheme"]]) + "\n")
+    rows, signature = bible_report.comparisons(runs, tmp_path)
+    # Pre-LN is every run's baseline; Post-LN (best) against ResiDual (second) is added: no baseline pairs them
+    assert [(c["scheme"], c["against"]) for c in rows] == [("post", "pre"), ("residual", "pre"), ("post", "residual")]
+    assert rows[2]["against_sacrebleu"] == rows[1]["sacrebleu"] and rows[2]["delta"] > 0
+    assert "bs:1000" in signature
