@@ -7,7 +7,11 @@ best validation loss (where the plateau rule ended it):
 
     early = L_residual(EARLY) - L_pre(EARLY)        end = min_u L_residual(u) - min_u L_pre(u)
 
-"closes": early > 0 and end <= 0; "narrows": 0 < end < early. A BLEU difference is one the test set tells apart
+"closes": early > 0 and end <= 0; "narrows": 0 < end < early. Runs of a cell end at different updates (each where
+the rule stopped it), so they are also compared at the same budget, the update ``U`` where the first of them ended:
+
+    L_scheme(<= U) = min_{u <= U} L_scheme(u)
+ A BLEU difference is one the test set tells apart
 where sacreBLEU's paired bootstrap gives p <= ``ALPHA`` (``bible_report.comparisons``)."""
 
 from typing import Dict, List, Optional, Sequence
@@ -56,6 +60,17 @@ def early_gap(residual: Dict, pre: Dict) -> str:
     return f"{said}: the early gap {'narrows but does not close' if end < early else 'does not narrow'}"
 
 
+def at_equal_updates(trained: Sequence[Dict]) -> Optional[str]:
+    """The runs' best validation loss by the update where the first of them ended (None where all end together)."""
+    first = min(r["end_update"] for r in trained)
+    if all(r["end_update"] == first for r in trained):
+        return None
+    so_far = sorted((min(loss for u, loss in r["valid_curve"] if u <= first), name(r["scheme"])) for r in trained)
+    who = " and ".join(name(r["scheme"]) for r in trained if r["end_update"] == first)
+    listed = ", ".join(f"{scheme} {loss:.3f}" for loss, scheme in so_far)
+    return f"At update {first:,}, where {who} ended, the best validation loss so far, lowest first: {listed}"
+
+
 def cell_reading(runs: Sequence[Dict], compared: Sequence[Dict]) -> List[str]:
     """The lines for one depth, warmup and seed: its runs and the comparisons made within it."""
     by = {r["scheme"]: r for r in runs}
@@ -78,6 +93,9 @@ def cell_reading(runs: Sequence[Dict], compared: Sequence[Dict]) -> List[str]:
             c = dict(c, delta=-c["delta"])
         if c is not None:
             lines.append(f"{name(best)} against {name(second)}: {bleu_difference(c)}.")
+        same_budget = at_equal_updates(trained)
+        if same_budget:
+            lines.append(same_budget + ".")
     residual, pre = by.get("residual"), by.get("pre")
     if residual and pre and not residual["fails"] and not pre["fails"]:
         lines.append(

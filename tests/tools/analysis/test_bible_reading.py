@@ -87,3 +87,19 @@ def test_the_best_run_of_a_cell_is_tested_against_its_second_where_no_baseline_p
     assert [(c["scheme"], c["against"]) for c in rows] == [("post", "pre"), ("residual", "pre"), ("post", "residual")]
     assert rows[2]["against_sacrebleu"] == rows[1]["sacrebleu"] and rows[2]["delta"] > 0
     assert "bs:1000" in signature
+
+
+def test_runs_that_end_at_different_updates_are_also_compared_where_the_first_of_them_ended():
+    pre = run("pre", 6.0, 4.56, 32.45)  # ended at 6,000 by the rule
+    post = run("post", 6.4, 4.45, 33.0, end=7000)
+    post["valid_curve"][2:2] = [[5500, 4.60], [6000, 4.52], [6500, 4.48]]
+    residual = run("residual", 6.2, 4.49, 32.9, end=7250)
+    residual["valid_curve"][2:2] = [[6000, 4.59], [6250, 4.55]]  # its best by 6,000 is 4.59, logged at 6,000
+    line = bible_reading.at_equal_updates([post, residual, pre])
+    assert line == (
+        "At update 6,000, where Pre-LN ended, the best validation loss so far, lowest first: Post-LN 4.520, "
+        "Pre-LN 4.560, ResiDual 4.590"
+    )
+    text = bible_reading.reading([pre, post, residual], [])
+    assert line + "." in text
+    assert bible_reading.at_equal_updates([pre, run("post", 6.4, 4.45, 33.0)]) is None  # same end: nothing to add
