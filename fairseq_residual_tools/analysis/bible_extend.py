@@ -1,0 +1,186 @@
+"""A finished run of the Bible study trained on past its plateau to a given update: the check that a scheme's lead
+at the end is not only the longer training its later plateau gave it.
+
+    python -m fairseq_residual_tools.analysis.bible_extend --run pre-e6d6-warmup-seed1 --to 8500
+
+The plateau rule (``plateau.Plateau``) ends each run where its own curve flattens, so the runs of one cell end at
+different updates. This copies the finished run's folder (``--work``/runs/NAME-KEY) to
+``--work``/extended/NAME-KEY-to-U, trains it on to update U as the study trains (one validation interval at a
+time, resumable, no plateau stop; a divergence still ends it), averages and scores it as the study does, and tests
+its test translations against the cell's other finished runs, and against itself at its plateau, by sacreBLEU's
+paired bootstrap. The record and translations go to ``OUT``/extended/ with a README; a finished extension is reused.
+The remaining options are the study's (``bible_study``), so the run is the study's run under the same settings.
+"""
+
+import argparse
+import json
+import shutil
+import sys
+from argparse import Namespace
+from dataclasses import asdict
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from ..errors import ConfigError, exit_on_user_error
+from ..files import write_json, write_text
+from ..markdown import table
+from ..provenance import describe_git, git_state, provenance
+from ..training_log import outcome
+from . import bible_study
+from .bible_report import REFERENCES, hypotheses_file, run_id
+from .fingerprint import model_fingerprint
+from .significance import paired_bootstrap
+from .study import RunSpec
+
+EXTENDED = "extended"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="fairseq-residual-bible-extend", description=__doc__.splitlines()[0])
+    p.add_argument("--run", required=True, help="a planned run's name, e.g. pre-e6d6-warmup-seed1")
+    p.add_argument("--to", type=int, required=True, help="the update to train it on to (a validation update)")
+    ours, rest = p.parse_known_args(argv)
+    study = bible_study.parse_args(rest)
+    if ours.to <= 0 or ours.to % study.validate_every:
+        raise ConfigError(f"--to {ours.to}: give a multiple of --validate-every ({study.validate_every})")
+    return ours, study
+
+
+def planned(name: str, args) -> RunSpec:
+    specs = {s.name: s for s in bible_study.plan(args)}
+    if name not in specs:
+        raise ConfigError(f"--run {name}: not a run of the study's plan (one is {next(iter(specs))})")
+    return specs[name]
+
+
+def cell(spec: RunSpec, args) -> List[RunSpec]:
+    """The planned runs of ``spec``'s depth, warmup and seed: what its extension is compared with."""
+    return [s for s in bible_study.plan(args) if (s.layers, s.warmup, s.seed) == (spec.layers, spec.warmup, spec.seed)]
+
+
+def finished_run(spec: RunSpec, data: Dict, args) -> Dict:
+    """The study's record of the planned run ``spec``, which must have finished and not failed."""
+    name = spec.name
+    record = bible_study.current_record(bible_study.record_file(spec, data, args), args)
+    if record is None:
+        raise ConfigError(f"--run {name}: it has not finished under these settings; train it with bible_study first")
+    if record["fails"]:
+        raise ConfigError(f"--run {name}: it failed by the rule ({record['fails']}); there is nothing to train on")
+    return record
+
+
+def copy_run(source: Path, dest: Path) -> None:
+    """The run's checkpoints and logs, not its averaged checkpoint or decoding; renamed into place when complete, so a
+    copy killed half-way is made again."""
+    partial = dest.with_name(dest.name + ".partial")
+    if not source.is_dir():
+        raise ConfigError(f"{source}: the run's checkpoints are not in --work; an extension needs them")
+    shutil.rmtree(partial, ignore_errors=True)
+    shutil.copytree(source, partial, ignore=shutil.ignore_patterns("average*.pt", "generate-*.out"))
+    partial.rename(dest)
+
+
+def compare(extended: Dict, out: Path, others: Sequence[Dict], runs: Path) -> List[Dict]:
+    """Each run of ``others`` (the cell's finished runs, the extended one at its plateau among them) tested against
+    the extension: its sacreBLEU, difference (other minus extension), 95 % interval and p."""
+    references = (out / REFERENCES).read_text(encoding="utf-8").splitlines()
+    systems: Dict[str, Sequence[str]] = {
+        run_id(r): hypotheses_file(runs, r).read_text(encoding="utf-8").splitlines() for r in others
+    }
+    baseline = hypotheses_file(out, extended).read_text(encoding="utf-8").splitlines()
+    score, compared, signature = paired_bootstrap(baseline, systems, references)
+    rows = [dict(compared[run_id(r)], name=r["name"], end_update=r["end_update"]) for r in others]
+    return [dict(row, against_sacrebleu=score, signature=signature) for row in rows]
+
+
+def extend(spec: RunSpec, to: int, data: Dict, args) -> Dict:
+    """Train the finished run ``spec`` on to update ``to``, score it and compare it; its record (reused if made).
+    ``data``: the study's, with the fingerprints of ``cell(spec)``."""
+    name, record = spec.name, finished_run(spec, data, args)
+    if to <= record["end_update"]:
+        raise ConfigError(f"--to {to}: {name} ended at update {record['end_update']}; give a later update")
+    out = Path(args.out) / EXTENDED
+    stem = f"{run_id(record)}-to-{to}"
+    done = out / f"{stem}.json"
+    if done.exists():
+        print(f"{name} was trained on to update {to} before: {done} (nothing to do)")
+        return json.loads(done.read_text(encoding="utf-8"))
+    save_dir = Path(args.work) / EXTENDED / stem
+    if not save_dir.exists():
+        copy_run(Path(args.work) / "runs" / run_id(record), save_dir)
+    # no plateau stop (a fall below 0 never happens), the cap at ``to``
+    on = Namespace(**{**vars(args), "max_update_cap": to, "plateau_fraction": 0.0})
+    git = describe_git(git_state())
+    stop = bible_study.train_to_end(spec, data["databin"], save_dir, on, f"{name} to {to}")
+    result = dict(asdict(spec), name=f"{name}-to-{to}", key=record["key"], extends=run_id(record))
+    result.update(from_update=record["end_update"], to_update=to, git=git)
+    result.update(stop=stop["stop"] if "diverged" in stop["stop"] else f"trained on to update {to}")
+    result.update(end_update=stop["end_update"], **outcome(save_dir / "train.out"))
+    result.update(best_valid_loss=min((loss for _, loss in result["valid_curve"]), default=None))
+    result.update(bleu=None, sacrebleu=None, compared=[])
+    if result["fails"] is None:
+        result.update(bible_study.average_and_score(data["databin"], save_dir, to, args))
+        bible_study.keep_test_output(save_dir / "generate-test.out", out, result, args.tgt)
+        others = bible_study.finished(cell(spec, args), data, args)
+        result["compared"] = compare(result, out, others, Path(args.out) / "runs")
+    result.update(provenance=provenance())
+    write_json(done, result)
+    write_readme(out)
+    return result
+
+
+def best_by(run: Dict, update: int) -> Optional[float]:
+    return min((loss for u, loss in run["valid_curve"] if u <= update), default=None)
+
+
+def write_readme(out: Path) -> None:
+    """``OUT``/extended/README.md: every extension's end and comparisons, from its record."""
+    parts = [
+        "# Runs trained on past their plateau\n",
+        "Each is a finished run of the study trained on, from its last checkpoint, to a later update (usually where",
+        "another run of its cell ended), then averaged and scored as the study does (`bible_extend`). Not a run of",
+        "the plan: its table keeps each run where the plateau rule ended it. Differences are other run minus the",
+        "extension (sacreBLEU's paired bootstrap on the test set).\n",
+    ]
+    for path in sorted(out.glob("*.json")):
+        r = json.loads(path.read_text(encoding="utf-8"))
+        at_plateau = best_by(r, r["from_update"])
+        parts.append(f"## {r['name']}\n")
+        parts.append(
+            f"Trained on from update {r['from_update']:,} to {r['to_update']:,} ({r['stop']}); best validation loss "
+            f"{at_plateau:.3f} at its plateau, {r['best_valid_loss']:.3f} by update {r['end_update']:,}; "
+            + (f"BLEU {r['bleu']:.2f}, sacreBLEU {r['sacrebleu']:.2f}.\n" if r["bleu"] is not None else "not scored.\n")
+        )
+        if r["compared"]:
+            rows = [
+                [c["name"], f"{c['end_update']:,}", f"{c['sacrebleu']:.2f}", f"{c['delta']:+.2f}", f"± {c['ci95']:.2f}"]
+                + ["-" if c["p"] is None else f"{c['p']:.3f}"]
+                for c in r["compared"]
+            ]
+            headers = ["run", "ended at", "sacreBLEU", "difference", "95 % interval", "p"]
+            parts.append(f"Against it (sacreBLEU {r['sacrebleu']:.2f}):\n\n{table(headers, rows)}\n")
+            parts.append(f"Signature: `{r['compared'][0]['signature']}`.\n")
+        parts.append(f"Command: `{command_of(r)}` at {r['git']}.\n")
+    write_text(out / "README.md", "\n".join(parts))
+
+
+def command_of(r: Dict) -> str:
+    run = r["name"].rsplit("-to-", 1)[0]
+    return f"python -m fairseq_residual_tools.analysis.bible_extend --run {run} --to {r['to_update']}"
+
+
+def main(argv=None):
+    ours, args = parse_args(sys.argv[1:] if argv is None else argv)
+    spec = planned(ours.run, args)
+    data = bible_study.prepare_data(args)
+    fingerprint_dir = Path(args.work) / "fingerprint"
+    data["fingerprints"] = {
+        s: model_fingerprint(bible_study.training_args(data["databin"], fingerprint_dir, s, args, 0))
+        for s in cell(spec, args)
+    }
+    extend(spec, ours.to, data, args)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(exit_on_user_error(main))

@@ -1,0 +1,86 @@
+"""A finished run of the Bible study trained on past its plateau (``analysis.bible_extend``): it continues from the
+run's last checkpoint to the update asked, is scored as the study scores, is compared with its cell's runs, is
+reused once made, and refuses what it cannot extend in one line. fairseq-train and scoring are the study tests'
+stand-ins."""
+
+import json
+
+import pytest
+from test_bible_study import REFERENCES, FakeScoring, FakeTrainer, plateau_curve, study_args
+
+from fairseq_residual_tools.analysis import bible_extend, bible_study
+from fairseq_residual_tools.analysis.study import RunSpec
+from fairseq_residual_tools.errors import ConfigError
+
+PRE, POST = RunSpec("pre", 6, True, 1), RunSpec("post", 6, True, 1)
+
+
+def after_plateau(update):
+    """The study's plateau curve (it ends at 2,500), then falling on to 4.0 by update 3,000."""
+    return {2750: 4.1, 3000: 4.0}.get(update, plateau_curve(update))
+
+
+def finished_cell(tmp_path, monkeypatch):
+    """Pre-LN and Post-LN of one cell finished by the study; Post-LN translates the test set worse."""
+    trainer = FakeTrainer(after_plateau)
+    monkeypatch.setattr(bible_study, "run_training", trainer)
+    args = study_args(tmp_path)
+    fingerprints = {spec: f"fp-{spec.scheme}" for spec in bible_extend.cell(PRE, args)}  # the cell's seven schemes
+    data = {"databin": "D", "sha256": "d" * 64, "fingerprints": fingerprints}
+    records, runs = tmp_path / "o" / "runs", tmp_path / "w" / "runs"
+    worse = [line.replace("light", "dark") for line in REFERENCES]
+    for spec, hypotheses in ((PRE, REFERENCES[:2] + worse[2:]), (POST, worse)):
+        monkeypatch.setattr(bible_study, "average_and_score", FakeScoring(hypotheses))
+        bible_study.run_one(spec, data, args, records, runs)
+    return trainer, args, data
+
+
+def test_a_finished_run_trains_on_from_its_last_checkpoint_to_the_update_asked_and_is_compared_with_its_cell(
+    tmp_path, monkeypatch
+):
+    trainer, args, data = finished_cell(tmp_path, monkeypatch)
+    trained = len(trainer.targets)
+    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring(REFERENCES, bleu=lambda end: end / 100))
+    result = bible_extend.extend(PRE, 3000, data, args)
+    assert trainer.targets[trained:] == [2750, 3000]  # from the plateau's 2,500 on, not from the start
+    assert result["from_update"] == 2500 and result["end_update"] == 3000 and result["bleu"] == 30.0
+    assert result["stop"] == "trained on to update 3000" and result["best_valid_loss"] == 4.0
+    assert [u for u, _ in result["valid_curve"]][-3:] == [2500, 2750, 3000]
+    original = tmp_path / "w" / "runs" / result["extends"] / "train.out"
+    assert "3000" not in original.read_text()  # the study's run is left as it was
+    compared = {c["name"]: c for c in result["compared"]}
+    assert set(compared) == {"pre-e6d6-warmup-seed1", "post-e6d6-warmup-seed1"}
+    assert compared["post-e6d6-warmup-seed1"]["delta"] < compared["pre-e6d6-warmup-seed1"]["delta"] < 0
+    assert compared["post-e6d6-warmup-seed1"]["end_update"] == 2500
+    out = tmp_path / "o" / "extended"
+    assert json.loads((out / f"{result['extends']}-to-3000.json").read_text())["to_update"] == 3000
+    readme = (out / "README.md").read_text()
+    assert "## pre-e6d6-warmup-seed1-to-3000" in readme and "from update 2,500 to 3,000" in readme
+    assert "--run pre-e6d6-warmup-seed1 --to 3000" in readme
+
+    again = bible_extend.extend(PRE, 3000, data, args)  # made: reused, nothing trained
+    assert again["bleu"] == 30.0 and len(trainer.targets) == trained + 2
+
+
+def test_an_extension_killed_half_way_resumes_from_its_own_last_validation(tmp_path, monkeypatch):
+    trainer, args, data = finished_cell(tmp_path, monkeypatch)
+    trained = len(trainer.targets)
+    trainer.kill_at = 2800
+    with pytest.raises(Exception, match="killed"):
+        bible_extend.extend(PRE, 3000, data, args)
+    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring())
+    result = bible_extend.extend(PRE, 3000, data, args)
+    assert trainer.targets[trained:] == [2750, 3000, 3000] and result["end_update"] == 3000
+    assert not list((tmp_path / "w" / "extended").glob("*.partial"))
+
+
+def test_what_cannot_be_extended_says_why_in_one_line(tmp_path, monkeypatch):
+    _, args, data = finished_cell(tmp_path, monkeypatch)
+    with pytest.raises(ConfigError, match="ended at update 2500; give a later update"):
+        bible_extend.extend(PRE, 2500, data, args)
+    with pytest.raises(ConfigError, match="has not finished under these settings"):
+        bible_extend.extend(RunSpec("residual", 6, True, 1), 3000, data, args)
+    with pytest.raises(ConfigError, match="not a run of the study's plan"):
+        bible_extend.planned("pre-e7d7-warmup-seed1", args)
+    with pytest.raises(ConfigError, match="a multiple of --validate-every"):
+        bible_extend.parse_args(["--run", "pre-e6d6-warmup-seed1", "--to", "8600"])
