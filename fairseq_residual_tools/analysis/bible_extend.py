@@ -100,10 +100,11 @@ def extend(spec: RunSpec, to: int, data: Dict, args) -> Dict:
     if to <= record["end_update"]:
         raise ConfigError(f"--to {to}: {name} ended at update {record['end_update']}; give a later update")
     out = Path(args.out) / EXTENDED
-    stem = f"{run_id(record)}-to-{to}"
+    stem = run_id({"name": f"{name}-to-{to}", "key": record["key"]})  # its record's and translations' stem
     done = out / f"{stem}.json"
     if done.exists():
         print(f"{name} was trained on to update {to} before: {done} (nothing to do)")
+        write_readme(out)
         return json.loads(done.read_text(encoding="utf-8"))
     save_dir = Path(args.work) / EXTENDED / stem
     if not save_dir.exists():
@@ -147,7 +148,9 @@ def write_readme(out: Path) -> None:
         at_plateau = best_by(r, r["from_update"])
         parts.append(f"## {r['name']}\n")
         parts.append(
-            f"Trained on from update {r['from_update']:,} to {r['to_update']:,} ({r['stop']}); best validation loss "
+            f"Trained on from update {r['from_update']:,} to {r['to_update']:,}"
+            + (f" ({r['stop']})" if r["stop"] != f"trained on to update {r['to_update']}" else "")
+            + f"; best validation loss "
             f"{at_plateau:.3f} at its plateau, {r['best_valid_loss']:.3f} by update {r['end_update']:,}; "
             + (f"BLEU {r['bleu']:.2f}, sacreBLEU {r['sacrebleu']:.2f}.\n" if r["bleu"] is not None else "not scored.\n")
         )

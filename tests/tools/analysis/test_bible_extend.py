@@ -53,9 +53,13 @@ def test_a_finished_run_trains_on_from_its_last_checkpoint_to_the_update_asked_a
     assert compared["post-e6d6-warmup-seed1"]["delta"] < compared["pre-e6d6-warmup-seed1"]["delta"] < 0
     assert compared["post-e6d6-warmup-seed1"]["end_update"] == 2500
     out = tmp_path / "o" / "extended"
-    assert json.loads((out / f"{result['extends']}-to-3000.json").read_text())["to_update"] == 3000
+    stem = f"pre-e6d6-warmup-seed1-to-3000-{result['key']}"  # the record and its translations side by side
+    assert json.loads((out / f"{stem}.json").read_text())["to_update"] == 3000
+    assert (out / f"{stem}.test.detok").read_text().splitlines()[
+        0
+    ] == "and god said, let there be light: and there was light."
     readme = (out / "README.md").read_text()
-    assert "## pre-e6d6-warmup-seed1-to-3000" in readme and "from update 2,500 to 3,000" in readme
+    assert "## pre-e6d6-warmup-seed1-to-3000" in readme and "from update 2,500 to 3,000; best" in readme
     assert "--run pre-e6d6-warmup-seed1 --to 3000" in readme
 
     again = bible_extend.extend(PRE, 3000, data, args)  # made: reused, nothing trained
