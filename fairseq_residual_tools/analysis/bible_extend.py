@@ -19,7 +19,7 @@ import sys
 from argparse import Namespace
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Sequence
 
 from ..errors import ConfigError, exit_on_user_error
 from ..files import write_json, write_text
@@ -29,6 +29,7 @@ from ..training_log import outcome
 from . import bible_study
 from .bible_report import REFERENCES, hypotheses_file, run_id
 from .fingerprint import model_fingerprint
+from .plateau import best_until
 from .significance import paired_bootstrap
 from .study import RunSpec
 
@@ -130,10 +131,6 @@ def extend(spec: RunSpec, to: int, data: Dict, args) -> Dict:
     return result
 
 
-def best_by(run: Dict, update: int) -> Optional[float]:
-    return min((loss for u, loss in run["valid_curve"] if u <= update), default=None)
-
-
 def write_readme(out: Path) -> None:
     """``OUT``/extended/README.md: every extension's end and comparisons, from its record."""
     parts = [
@@ -145,7 +142,7 @@ def write_readme(out: Path) -> None:
     ]
     for path in sorted(out.glob("*.json")):
         r = json.loads(path.read_text(encoding="utf-8"))
-        at_plateau = best_by(r, r["from_update"])
+        at_plateau = best_until(r["valid_curve"], r["from_update"])
         parts.append(f"## {r['name']}\n")
         parts.append(
             f"Trained on from update {r['from_update']:,} to {r['to_update']:,}"

@@ -16,6 +16,7 @@ where sacreBLEU's paired bootstrap gives p <= ``ALPHA`` (``bible_report.comparis
 
 from typing import Dict, List, Optional, Sequence
 
+from .plateau import best_until
 from .study import loss_at
 
 EARLY = 1000  # where the project's short CPU runs stop, and ResiDual trails there (results/output-scale)
@@ -65,7 +66,7 @@ def at_equal_updates(trained: Sequence[Dict]) -> Optional[str]:
     first = min(r["end_update"] for r in trained)
     if all(r["end_update"] == first for r in trained):
         return None
-    so_far = sorted((min(loss for u, loss in r["valid_curve"] if u <= first), name(r["scheme"])) for r in trained)
+    so_far = sorted((best_until(r["valid_curve"], first), name(r["scheme"])) for r in trained)
     who = " and ".join(name(r["scheme"]) for r in trained if r["end_update"] == first)
     listed = ", ".join(f"{scheme} {loss:.3f}" for loss, scheme in so_far)
     return f"At update {first:,}, where {who} ended, the best validation loss so far, lowest first: {listed}"
