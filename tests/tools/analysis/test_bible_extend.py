@@ -88,3 +88,19 @@ def test_what_cannot_be_extended_says_why_in_one_line(tmp_path, monkeypatch):
         bible_extend.planned("pre-e7d7-warmup-seed1", args)
     with pytest.raises(ConfigError, match="a multiple of --validate-every"):
         bible_extend.parse_args(["--run", "pre-e6d6-warmup-seed1", "--to", "8600"])
+
+
+def test_another_update_is_another_extension_trained_from_the_runs_plateau_and_the_first_is_kept(tmp_path, monkeypatch):
+    trainer, args, data = finished_cell(tmp_path, monkeypatch)
+    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring(REFERENCES, bleu=lambda end: end / 100))
+    first = bible_extend.extend(PRE, 2750, data, args)
+    trained = len(trainer.targets)
+    longer = bible_extend.extend(PRE, 3000, data, args)
+    assert trainer.targets[trained:] == [2750, 3000]  # from the study's run at 2,500, not from the first extension
+    assert (first["bleu"], longer["bleu"]) == (27.5, 30.0)
+    readme = (tmp_path / "o" / "extended" / "README.md").read_text()
+    assert "## pre-e6d6-warmup-seed1-to-2750" in readme and "## pre-e6d6-warmup-seed1-to-3000" in readme
+    other = study_args(tmp_path, "--lr", "1e-3")  # another recipe: its run has not finished, nothing is trained
+    with pytest.raises(ConfigError, match="has not finished under these settings"):
+        bible_extend.extend(PRE, 3000, data, other)
+    assert len(trainer.targets) == trained + 2
