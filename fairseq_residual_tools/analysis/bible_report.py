@@ -140,8 +140,10 @@ def run_list(results: List[Dict], rule: Plateau) -> str:
     return table(headers, rows)
 
 
-def plan_table(planned: Sequence[str], results: Sequence[Dict], running: Sequence[Dict], rule: Plateau) -> str:
-    """Every planned run in the plan's order and where it stands: how it ended, where it is, or not started."""
+def plan_table(
+    planned: Sequence[str], results: Sequence[Dict], running: Sequence[Dict], rule: Plateau, cut: Sequence[str] = ()
+) -> str:
+    """Every planned run in the plan's order and where it stands: how it ended, where it is, cut, or not started."""
     done, going = {r["name"]: r for r in results}, {r["name"]: r for r in running}
     rows = []
     for n, name in enumerate(planned, 1):
@@ -155,7 +157,7 @@ def plan_table(planned: Sequence[str], results: Sequence[Dict], running: Sequenc
             where, best = f"under way at update {r['update']}", r["best_valid_loss"]
             quarter = last_quarter_gain({**r, "end_update": r["update"]}, rule)
         else:
-            where, best, quarter = "not started", None, "-"
+            where, best, quarter = "cut" if name in cut else "not started", None, "-"
         rows.append([n, name, where, f"{best:.3f}" if best is not None else "-", quarter])
     return table(["#", "run", "where it stands", "best valid loss", "last quarter"], rows)
 
@@ -223,9 +225,11 @@ def significance_table(compared: List[Dict], signature: str) -> str:
 def published_block(results: Dict) -> str:
     """What README.md and docs/results.md show of the study's results.json: the BLEU table, how much of the plan
     has finished, and where the rest is."""
-    runs, planned = results["runs"], results["planned"]
-    left = [name for name in planned if name not in {r["name"] for r in runs}]
+    runs, planned, cut = results["runs"], results["planned"], cut_runs(results)
+    left = [name for name in planned if name not in {r["name"] for r in runs} | set(cut)]
     status = f"{len(runs)} of the {len(planned)} planned runs finished"
+    if cut:
+        status += f"; {len(cut)} cut (each named, with the reason, in `results/bible-study/README.md`)"
     if len(left) > 3:  # a long plan is counted: the report names each run and where it stands
         status += f"; {len(left)} not yet trained (each named in `results/bible-study/README.md`)"
     elif left:
@@ -234,6 +238,22 @@ def published_block(results: Dict) -> str:
     return (
         f"{cell_table(runs, 'bleu', 2)}\n\nTest BLEU (tokenised, as the paper's IWSLT table) at the end of each run, "
         f"mean ± half-range over seeds. {status}. From `results/bible-study/results.json` ({made})."
+    )
+
+
+def cut_runs(meta: Dict) -> List[str]:
+    """The planned runs ``--cut-after`` left untrained (``meta["cut"]``, none when nothing was cut)."""
+    return list((meta.get("cut") or {}).get("runs", []))
+
+
+def cut_text(meta: Dict) -> str:
+    """The cut runs and why, under the plan's table; empty when nothing was cut."""
+    cut = meta.get("cut") or {}
+    if not cut.get("runs"):
+        return ""
+    return (
+        f"**Cut: {len(cut['runs'])} runs** (the plan after its run {cut['after']}, not trained, "
+        f"`--cut-after {cut['after']}`): {cut['reason']}"
     )
 
 
@@ -261,8 +281,10 @@ def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[D
     plan = (
         'The plan, in the order it trains ("last quarter": how much the best validation loss fell over the last '
         f"quarter of the run so far, the plateau rule's measure: {rule.describe()}):\n\n"
-        f"{plan_table(meta.get('planned', []), results, running, rule)}"
+        f"{plan_table(meta.get('planned', []), results, running, rule, cut_runs(meta))}"
     )
+    if cut_text(meta):
+        plan += f"\n\n{cut_text(meta)}"
     if not results:
         write_text(
             out / "README.md",
@@ -283,7 +305,8 @@ def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[D
     hours = sum(r["train_seconds"] for r in results) / 3600
     compared, test_signature = comparisons(results, out / "runs")
     progress = (
-        f"**{len(results)} of the {len(meta.get('planned', results))} planned runs have finished**."
+        f"**{len(results)} of the {len(meta.get('planned', results))} planned runs have finished**"
+        + (f", {len(cut_runs(meta))} were cut." if cut_runs(meta) else ".")
         + (f"\n\n{snapshot}" if snapshot else "")
         + f"\n\n{plan}"
     )

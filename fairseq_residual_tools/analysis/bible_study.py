@@ -21,6 +21,7 @@ import argparse
 import hashlib
 import itertools
 import json
+import shlex
 import sys
 import threading
 import time
@@ -47,9 +48,10 @@ DEFAULT_OUT = ROOT / "results" / "bible-study"
 
 
 def plan(args) -> List[RunSpec]:
-    """Every run, in the order they are trained: E6D6 (the first depth) with warmup for every seed, then the first
-    seed of E6D6 without warmup and of the deeper depths with and without warmup, then the other seeds of those. A
-    study cut short so loses seeds before cells, and the deeper no-warmup cells before the deeper warmup ones."""
+    """Every run, in the order they are trained: the first seed of E6D6 (the first depth) with and without warmup,
+    E6D6 with warmup for the other seeds (the issue's floor: two seeds there), the first seed of the deeper depths
+    with and without warmup, then the other seeds of the rest. A study cut short (``--cut-after``) so loses seeds
+    before cells, and the deeper no-warmup cells before the deeper warmup ones."""
     seeds_at = dict(args.seeds_at or {})
     main = args.depths[0]
     specs = [
@@ -62,7 +64,8 @@ def plan(args) -> List[RunSpec]:
 
     def priority(spec: RunSpec):
         later_seed = spec.seed != args.seeds[0]
-        return (later_seed and not (spec.layers == main and spec.warmup), spec.layers != main, not spec.warmup)
+        at_main = spec.layers == main
+        return (later_seed and not (at_main and spec.warmup), not at_main, later_seed, not spec.warmup)
 
     return sorted(specs, key=priority)  # stable: seeds, then schemes, in their given order within a group
 
@@ -359,11 +362,29 @@ def parse_args(argv=None):
     p.add_argument(
         "--zoom-from", type=int, help="the zoomed curves start here (default: half the longest run, its end's part)"
     )
+    p.add_argument("--cut-after", type=int, help="train the plan's first N runs only; the report names the rest as cut")
+    p.add_argument("--cut-reason", help="why the plan was cut (with --cut-after): written under the plan's table")
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the finished runs' records")
     args = p.parse_args(argv)
     if args.validate_every <= 0 or args.plateau_min_updates % args.validate_every:
         raise ConfigError("--plateau-min-updates must be a multiple of --validate-every")
+    if (args.cut_after is None) != (not args.cut_reason):
+        raise ConfigError("--cut-after and --cut-reason go together: the report says why the rest was not trained")
     return args
+
+
+def cut_plan(specs: List[RunSpec], data: Dict, args) -> Tuple[List[RunSpec], Dict]:
+    """The runs to train under ``--cut-after N`` (the plan's first N) and ``meta["cut"]``: the later runs that have
+    not finished (a finished run stays a result), with ``--cut-reason``."""
+    if args.cut_after is None:
+        return specs, {}
+    if not 0 < args.cut_after < len(specs):
+        raise ConfigError(
+            f"--cut-after {args.cut_after}: the plan has {len(specs)} runs; cut after 1 to {len(specs) - 1}"
+        )
+    kept, rest = specs[: args.cut_after], specs[args.cut_after :]
+    left = [s.name for s in rest if current_record(record_file(s, data, args), args) is None]
+    return kept, {"after": args.cut_after, "runs": left, "reason": args.cut_reason}
 
 
 def main(argv=None):
@@ -380,18 +401,22 @@ def main(argv=None):
         spec: model_fingerprint(training_args(data["databin"], Path(args.work) / "fingerprint", spec, args, 0))
         for spec in specs
     }
+    trained, cut = cut_plan(specs, data, args)
     command = [a for a in argv if a != "--report-only"]
     meta = dict(
-        command=" ".join(["nice -n 5 .venv/bin/python -m fairseq_residual_tools.analysis.bible_study", *command]),
+        command=" ".join(
+            ["nice -n 5 .venv/bin/python -m fairseq_residual_tools.analysis.bible_study", *map(shlex.quote, command)]
+        ),
         settings={k: v for k, v in vars(args).items() if k not in ("work", "out", "report_only")},
         data={k: data["summary"][k] for k in ("pairs", "verses", "modules", "data_bin_sha256")},
         planned=[s.name for s in specs],
+        cut=cut,
     )
 
     def report():
         results = finished(specs, data, args)
         backfill_test_outputs(results, args)
-        write_report(results, {**meta, "provenance": provenance()}, Path(args.out), under_way(specs, data, args))
+        write_report(results, {**meta, "provenance": provenance()}, Path(args.out), under_way(trained, data, args))
         if results and Path(args.out).resolve() == DEFAULT_OUT.resolve():
             publish({**meta, "provenance": provenance(), "runs": results}, PAGES)
         return results
@@ -401,7 +426,9 @@ def main(argv=None):
         print(f"{len(results)} of the {len(specs)} planned runs have finished; report rewritten from their records")
     else:
         print(f"{len(specs)} runs planned: {', '.join(s.name for s in specs)}", flush=True)
-        run_all(specs, data, args, started, report)
+        if cut:
+            print(f"cut after run {args.cut_after}: {', '.join(cut['runs']) or 'every later run has finished'}")
+        run_all(trained, data, args, started, report)
         results = report()
     print(cell_table(results, "bleu", 2) if results else "no run has finished yet")
     return results

@@ -14,14 +14,17 @@ from fairseq_residual_tools.provenance import provenance
 from fairseq_residual_tools.runner import RunError
 
 
-def test_the_plan_trains_e6d6_with_warmup_for_every_seed_first_and_the_deep_no_warmup_cells_last():
+def test_the_plan_trains_e6d6_seed_1_first_then_its_second_seed_and_the_deep_no_warmup_cells_last():
     specs = bible_study.plan(bible_study.parse_args([]))
     names = [s.name for s in specs]
     assert len(specs) == 30 and len(set(names)) == 30
-    assert [s.layers for s in specs[:14]] == [6] * 14 and all(s.warmup for s in specs[:14])
-    assert [s.name for s in specs[:7]][-2:] == ["siamese-e6d6-warmup-seed1", "attn-res-e6d6-warmup-seed1"]
-    assert {s.seed for s in specs[:14]} == {1, 2}
-    assert [s.name for s in specs[14:17]] == [f"{x}-e6d6-nowarmup-seed1" for x in ("post", "pre", "residual")]
+    assert [s.layers for s in specs[:17]] == [6] * 17 and [s.seed for s in specs[:10]] == [1] * 10
+    assert all(s.warmup for s in specs[:7]) and [s.name for s in specs[:7]][-2:] == [
+        "siamese-e6d6-warmup-seed1",
+        "attn-res-e6d6-warmup-seed1",
+    ]
+    assert [s.name for s in specs[7:10]] == [f"{x}-e6d6-nowarmup-seed1" for x in ("post", "pre", "residual")]
+    assert all(s.warmup and s.seed == 2 for s in specs[10:17])  # the issue's floor: two seeds at E6D6
     assert all(s.layers == 12 and s.seed == 1 for s in specs[17:27])  # one seed at E12D12 (--seeds-at 12=1)
     assert [s.warmup for s in specs[17:27]] == [True] * 7 + [False] * 3
     assert [s.name for s in specs[27:]] == [f"{x}-e6d6-nowarmup-seed2" for x in ("post", "pre", "residual")]
@@ -250,6 +253,57 @@ def test_options_that_cannot_make_a_study_stop_in_one_line():
         bible_study.parse_args(["--plateau-min-updates", "1100"])
     with pytest.raises(ConfigError, match="--nowarmup-schemes hc: not in --schemes"):
         bible_study.main(["--schemes", "pre", "--nowarmup-schemes", "hc"])
+    for half in (["--cut-after", "7"], ["--cut-reason", "the envelope"]):
+        with pytest.raises(ConfigError, match="--cut-after and --cut-reason go together"):
+            bible_study.parse_args(half)
+
+
+def fake_data(args):
+    """prepare_data: the summary the report reads, no corpus."""
+    summary = {
+        "pairs": {"train": 100, "valid": 10, "test": 4},
+        "verses": {"chapters_dropped": 0},
+        "modules": {"es": {"module": "SpaRV", "version": "1.0"}, "en": {"module": "WEB", "version": "2.0"}},
+        "data_bin_sha256": "d" * 64,
+    }
+    return {"databin": "D", "sha256": "d" * 64, "summary": summary}
+
+
+def test_a_cut_plan_trains_its_first_runs_and_names_the_rest_as_cut_with_the_reason(tmp_path, monkeypatch):
+    trainer = FakeTrainer(plateau_curve)
+    monkeypatch.setattr(bible_study, "run_training", trainer)
+    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring())
+    monkeypatch.setattr(bible_study, "prepare_data", fake_data)
+    monkeypatch.setattr(bible_study, "model_fingerprint", lambda train_args: "fp")
+    out = tmp_path / "o"
+    argv = ["--work", str(tmp_path / "w"), "--out", str(out), "--plateau-min-updates", "1000", "--jobs", "1"]
+    argv += ["--schemes", "pre", "residual", "--nowarmup-schemes", "pre", "residual", "--depths", "6", "--seeds", "1"]
+    cut = ["--cut-after", "2", "--cut-reason", "the envelope: 12 hours hold the warmup cell only"]
+    with pytest.raises(ConfigError, match="--cut-after 4: the plan has 4 runs; cut after 1 to 3"):
+        bible_study.main(argv + ["--cut-after", "4", "--cut-reason", "none"])
+
+    results = bible_study.main(argv + cut)
+    assert [r["name"] for r in results] == ["pre-e6d6-warmup-seed1", "residual-e6d6-warmup-seed1"]
+    assert len(trainer.targets) == 2 * 10 and len(list((out / "runs").glob("*.json"))) == 2  # 250 ... 2500 each
+    readme = (out / "README.md").read_text()
+    assert [row[2] for row in table_rows(readme) if row[0] in ("3", "4")] == ["cut", "cut"]
+    assert "**2 of the 4 planned runs have finished**, 2 were cut." in readme
+    assert (
+        "**Cut: 2 runs** (the plan after its run 2, not trained, `--cut-after 2`): the envelope: 12 hours hold the "
+        "warmup cell only" in readme
+    )
+    assert "--cut-reason 'the envelope: 12 hours hold the warmup cell only'" in readme  # the command, quoted
+    published = json.loads((out / "results.json").read_text())
+    assert published["cut"]["runs"] == ["pre-e6d6-nowarmup-seed1", "residual-e6d6-nowarmup-seed1"]
+    assert "2 of the 4 planned runs finished; 2 cut (each named, with the reason" in bible_report.published_block(
+        published
+    )
+
+    assert len(bible_study.main(argv)) == 4 and len(trainer.targets) == 4 * 10  # uncut: the rest trains
+    results = bible_study.main(argv + cut)  # a finished run stays a result: nothing left to cut
+    assert len(results) == 4 and len(trainer.targets) == 4 * 10
+    readme = (out / "README.md").read_text()
+    assert "Cut:" not in readme and "**4 of the 4 planned runs have finished**." in readme
 
 
 def test_the_readme_and_results_page_show_the_studys_table_as_its_results_json_holds_it():
