@@ -4,10 +4,11 @@
 
 The corpus is the Spanish-English Bible of ``data-prep/prepare-bible.sh`` (``dataprep.bible``). For every scheme,
 depth (E{L}D{L}), warmup setting and seed, ``fairseq-train`` trains a small ``residual_transformer`` one validation
-interval at a time until the run has plateaued (``plateau.Plateau``) or reached ``--max-update-cap``; the last
-``--average`` interval checkpoints up to that update are averaged, ``fairseq-generate`` translates the test set and
-it is scored as the paper's IWSLT table is (``repro.scoring.score_iwslt``: fairseq's tokenised BLEU and sacrebleu on
-detokenised text). "fails" is ``training_log.divergence``, the project's one rule, judged where the run stopped.
+interval at a time (each call resumes from ``checkpoint_last.pt``: bit for bit the run one call trains, dropout
+included; ``tests/plugin/test_cli.py``) until the run has plateaued (``plateau.Plateau``) or reached
+``--max-update-cap``; the last ``--average`` interval checkpoints up to that update are averaged,
+``fairseq-generate`` translates the test set and it is scored as the paper's IWSLT table is
+(``repro.scoring.score_iwslt``: fairseq's tokenised BLEU and sacrebleu on detokenised text). "fails" is ``training_log.divergence``, the project's one rule, judged where the run stopped.
 The report and the README's table: ``bible_report``.
 
 A run is named by its settings, the data-bin's bytes and the model's fingerprint (``fingerprint.py``: the loss and

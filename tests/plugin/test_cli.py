@@ -104,6 +104,18 @@ def test_training_resumes_from_checkpoint_last_at_the_saved_update(demo_databin,
     assert min(updates) == 9 and max(updates) == 11
 
 
+def test_training_an_interval_at_a_time_ends_bit_for_bit_where_an_unbroken_run_does(demo_databin, trained, tmp_path):
+    """The Bible study trains one validation interval per fairseq-train call, each resuming from checkpoint_last:
+    it must train the run one unbroken call would (fairseq seeds each update from --seed and the update count and
+    resumes the epoch's batches where they stopped), dropout and all."""
+    save_dir, _ = trained
+    for max_update in (4, 8):
+        run_cli(train_args(demo_databin.databin, tmp_path, max_update=max_update), cwd=tmp_path)
+    unbroken = torch.load(save_dir / "checkpoint_last.pt", weights_only=True)["model"]
+    resumed = torch.load(tmp_path / "checkpoint_last.pt", weights_only=True)["model"]
+    assert unbroken.keys() == resumed.keys() and all(torch.equal(unbroken[k], resumed[k]) for k in unbroken)
+
+
 def test_hydra_train_with_the_small_yaml(demo_databin, tmp_path):
     run_cli(
         [
