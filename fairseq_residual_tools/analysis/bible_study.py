@@ -8,7 +8,8 @@ interval at a time (each call resumes from ``checkpoint_last.pt``: bit for bit t
 included; ``tests/plugin/test_cli.py``) until the run has plateaued (``plateau.Plateau``) or reached
 ``--max-update-cap``; the last ``--average`` interval checkpoints up to that update are averaged,
 ``fairseq-generate`` translates the test set and it is scored as the paper's IWSLT table is
-(``repro.scoring.score_iwslt``: fairseq's tokenised BLEU and sacrebleu on detokenised text). "fails" is ``training_log.divergence``, the project's one rule, judged where the run stopped.
+(``repro.scoring.score_iwslt``: fairseq's tokenised BLEU and sacrebleu on detokenised text). "fails" is
+``training_log.divergence``, the project's one rule, judged where the run stopped.
 The report and the README's table: ``bible_report``.
 
 A run is named by its settings, the data-bin's bytes and the model's fingerprint (``fingerprint.py``: the loss and
