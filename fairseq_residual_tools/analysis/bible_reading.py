@@ -11,8 +11,9 @@ best validation loss (where the plateau rule ended it):
 the rule stopped it), so they are also compared at the same budget, the update ``U`` where the first of them ended:
 
     L_scheme(<= U) = min_{u <= U} L_scheme(u)
- A BLEU difference is one the test set tells apart
-where sacreBLEU's paired bootstrap gives p <= ``ALPHA`` (``bible_report.comparisons``)."""
+
+A BLEU difference is one the test set tells apart where sacreBLEU's paired bootstrap gives p <= ``ALPHA``
+(``bible_report.comparisons``)."""
 
 from typing import Dict, List, Optional, Sequence
 
