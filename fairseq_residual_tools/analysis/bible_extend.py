@@ -8,7 +8,8 @@ different updates. This copies the finished run's folder (``--work``/runs/NAME-K
 ``--work``/extended/NAME-KEY-to-U, trains it on to update U as the study trains (one validation interval at a
 time, resumable, no plateau stop; a divergence still ends it), averages and scores it as the study does, and tests
 its test translations against the cell's other finished runs, and against itself at its plateau, by sacreBLEU's
-paired bootstrap. The record and translations go to ``OUT``/extended/ with a README; a finished extension is reused.
+paired bootstrap. The record and translations go to ``OUT``/extended/ with a README; a finished extension is reused,
+and compared with the runs of its cell that finished since it was made.
 The remaining options are the study's (``bible_study``), so the run is the study's run under the same settings.
 """
 
@@ -94,6 +95,19 @@ def compare(extended: Dict, out: Path, others: Sequence[Dict], runs: Path) -> Li
     return [dict(row, against_sacrebleu=score, signature=signature) for row in rows]
 
 
+def compare_again(result: Dict, done: Path, spec: RunSpec, data: Dict, args) -> List[str]:
+    """The runs of the cell that finished after the extension ``result`` was made, now compared with it too (the
+    same bootstrap draws: the earlier rows stay as they were); its record ``done`` rewritten when there are any."""
+    if result["fails"] is not None:
+        return []
+    others = bible_study.finished(cell(spec, args), data, args)
+    since = [r["name"] for r in others if r["name"] not in {c["name"] for c in result["compared"]}]
+    if since:
+        result["compared"] = compare(result, done.parent, others, Path(args.out) / "runs")
+        write_json(done, result)
+    return since
+
+
 def extend(spec: RunSpec, to: int, data: Dict, args) -> Dict:
     """Train the finished run ``spec`` on to update ``to``, score it and compare it; its record (reused if made).
     ``data``: the study's, with the fingerprints of ``cell(spec)``."""
@@ -104,9 +118,12 @@ def extend(spec: RunSpec, to: int, data: Dict, args) -> Dict:
     stem = run_id({"name": f"{name}-to-{to}", "key": record["key"]})  # its record's and translations' stem
     done = out / f"{stem}.json"
     if done.exists():
-        print(f"{name} was trained on to update {to} before: {done} (nothing to do)")
+        result = json.loads(done.read_text(encoding="utf-8"))
+        since = compare_again(result, done, spec, data, args)
+        said = f"compared with {', '.join(since)}, finished since" if since else "nothing to do"
+        print(f"{name} was trained on to update {to} before: {done} ({said})")
         write_readme(out)
-        return json.loads(done.read_text(encoding="utf-8"))
+        return result
     save_dir = Path(args.work) / EXTENDED / stem
     if not save_dir.exists():
         copy_run(Path(args.work) / "runs" / run_id(record), save_dir)

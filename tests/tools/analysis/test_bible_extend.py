@@ -104,3 +104,26 @@ def test_another_update_is_another_extension_trained_from_the_runs_plateau_and_t
     with pytest.raises(ConfigError, match="has not finished under these settings"):
         bible_extend.extend(PRE, 3000, data, other)
     assert len(trainer.targets) == trained + 2
+
+
+def test_a_rerun_compares_the_extension_with_the_runs_of_its_cell_finished_since_and_trains_nothing(
+    tmp_path, monkeypatch
+):
+    trainer, args, data = finished_cell(tmp_path, monkeypatch)
+    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring())
+    made = bible_extend.extend(PRE, 3000, data, args)
+    assert {c["name"] for c in made["compared"]} == {"pre-e6d6-warmup-seed1", "post-e6d6-warmup-seed1"}
+    residual = RunSpec("residual", 6, True, 1)  # finishes after the extension was made
+    bible_study.run_one(residual, data, args, tmp_path / "o" / "runs", tmp_path / "w" / "runs")
+    trained = len(trainer.targets)
+    again = bible_extend.extend(PRE, 3000, data, args)
+    assert len(trainer.targets) == trained and again["bleu"] == made["bleu"]  # nothing trained or decoded again
+    compared = {c["name"]: c for c in again["compared"]}
+    assert set(compared) == {"pre-e6d6-warmup-seed1", "post-e6d6-warmup-seed1", "residual-e6d6-warmup-seed1"}
+    for before in made["compared"]:  # the same draws: the earlier rows are unchanged
+        assert compared[before["name"]] == before
+    assert compared["residual-e6d6-warmup-seed1"]["p"] is None  # the same translations as the extension: no difference
+    out = tmp_path / "o" / "extended"
+    record = json.loads(next(out.glob("pre-e6d6-warmup-seed1-to-3000-*.json")).read_text())
+    assert {c["name"] for c in record["compared"]} == set(compared)
+    assert "| residual-e6d6-warmup-seed1 |" in (out / "README.md").read_text()
