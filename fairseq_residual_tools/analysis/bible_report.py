@@ -226,7 +226,8 @@ def published_block(results: Dict) -> str:
     """What README.md and docs/results.md show of the study's results.json: the BLEU table, how much of the plan
     has finished, and where the rest is."""
     runs, planned, cut = results["runs"], results["planned"], cut_runs(results)
-    left = [name for name in planned if name not in {r["name"] for r in runs} | set(cut)]
+    accounted = {r["name"] for r in runs} | set(cut)
+    left = [name for name in planned if name not in accounted]
     status = f"{len(runs)} of the {len(planned)} planned runs finished"
     if cut:
         status += f"; {len(cut)} cut (each named, with the reason, in `results/bible-study/README.md`)"

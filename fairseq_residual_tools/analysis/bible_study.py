@@ -385,7 +385,8 @@ def cut_plan(specs: List[RunSpec], data: Dict, args) -> Tuple[List[RunSpec], Dic
             f"--cut-after {args.cut_after}: the plan has {len(specs)} runs; cut after 1 to {len(specs) - 1}"
         )
     kept, rest = specs[: args.cut_after], specs[args.cut_after :]
-    left = [s.name for s in rest if current_record(record_file(s, data, args), args) is None]
+    done = {r["name"] for r in finished(rest, data, args)}
+    left = [s.name for s in rest if s.name not in done]
     return kept, {"after": args.cut_after, "runs": left, "reason": args.cut_reason}
 
 
