@@ -173,8 +173,8 @@ def hypotheses_file(runs: Path, run: Dict) -> Path:
 
 def baselines(scheme: str) -> Sequence[str]:
     """What a scheme's translations are tested against: Pre-LN, the paper's baseline; and ResiDual for what is built
-    on it or follows it (its options, SiameseNorm, Attention Residuals)."""
-    follows_residual = scheme.startswith("residual:") or scheme in ("siamese", "attn-res")
+    on it or came after it (its options, Hyper-Connections, SiameseNorm, Attention Residuals)."""
+    follows_residual = scheme.startswith("residual:") or scheme in ("hc", "siamese", "attn-res")
     return ("pre", "residual") if follows_residual else ("pre",)
 
 
@@ -345,7 +345,7 @@ Signature: `{signature}`.
 
 sacreBLEU's paired bootstrap (`--paired-bs`: {RESAMPLES:,} resamples of the {data["pairs"]["test"]:,} test verses, the
 same draws for both runs) of each run against Pre-LN of the same depth, warmup and seed, of ResiDual's options and
-successors also against ResiDual, and of a cell's best run against its second where neither is the other's
+the designs that came after it (`hc`, `siamese`, `attn-res`) also against ResiDual, and of a cell's best run against its second where neither is the other's
 baseline. "p": how often a difference at least as large arises from the resampling alone; the interval is the run's
 BLEU over the resamples. A difference with p above 0.05 is one this test set cannot tell from noise; one seed says
 nothing of the spread over seeds.

@@ -423,6 +423,7 @@ def test_each_scored_run_is_tested_against_pre_ln_of_its_cell_on_the_translation
         RunSpec("pre", 6, True, 1): REFERENCES,
         RunSpec("residual", 6, True, 1): darker,
         RunSpec("residual:scale=0.5", 6, True, 1): halved,
+        RunSpec("hc", 6, True, 1): darker[:1] + REFERENCES[1:],
     }
     data = {"databin": "D", "sha256": "d" * 64, "fingerprints": {spec: "fp" for spec in specs}}
     results = []
@@ -439,11 +440,13 @@ def test_each_scored_run_is_tested_against_pre_ln_of_its_cell_on_the_translation
     detok = {r["scheme"]: bible_report.hypotheses_file(records, r).read_text().splitlines() for r in results}
     bleu = {scheme: f"{BLEU().corpus_score(lines, [references]).score:.2f}" for scheme, lines in detok.items()}
     rows = table_rows(bible_report.significance_table(*bible_report.comparisons(results, records)))
-    # every run against Pre-LN of its cell; the output-scale option against ResiDual too
+    # every run against Pre-LN of its cell; the output-scale option and the designs that followed ResiDual against it too
     assert [row[3:7] for row in rows[1:]] == [
         ["residual", "pre", bleu["pre"], bleu["residual"]],
         ["residual:scale=0.5", "pre", bleu["pre"], bleu["residual:scale=0.5"]],
+        ["hc", "pre", bleu["pre"], bleu["hc"]],
         ["residual:scale=0.5", "residual", bleu["residual"], bleu["residual:scale=0.5"]],
+        ["hc", "residual", bleu["residual"], bleu["hc"]],
     ]
     assert rows[1][:3] == ["E6D6", "yes", "1"] and bleu["pre"] == "100.00" and rows[1][7].startswith("-")
     assert float(rows[-1][7]) > 0 and 0 < float(rows[1][9]) <= 1
