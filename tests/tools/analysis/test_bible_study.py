@@ -440,7 +440,7 @@ def test_each_scored_run_is_tested_against_pre_ln_of_its_cell_on_the_translation
     detok = {r["scheme"]: bible_report.hypotheses_file(records, r).read_text().splitlines() for r in results}
     bleu = {scheme: f"{BLEU().corpus_score(lines, [references]).score:.2f}" for scheme, lines in detok.items()}
     rows = table_rows(bible_report.significance_table(*bible_report.comparisons(results, records)))
-    # every run against Pre-LN of its cell; the output-scale option and the designs that followed ResiDual against it too
+    # every run against Pre-LN of its cell; ResiDual's option and the designs after it (hc) against ResiDual too
     assert [row[3:7] for row in rows[1:]] == [
         ["residual", "pre", bleu["pre"], bleu["residual"]],
         ["residual:scale=0.5", "pre", bleu["pre"], bleu["residual:scale=0.5"]],
