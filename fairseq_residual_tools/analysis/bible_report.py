@@ -346,9 +346,9 @@ Signature: `{signature}`.
 sacreBLEU's paired bootstrap (`--paired-bs`: {RESAMPLES:,} resamples of the {data["pairs"]["test"]:,} test verses, the
 same draws for both runs) of each run against Pre-LN of the same depth, warmup and seed, of ResiDual's options and
 the designs that came after it (`hc`, `siamese`, `attn-res`) also against ResiDual, and of a cell's best run
-against its second where neither is the other's baseline. "p": how often a difference at least as large arises from the resampling alone; the interval is the run's
-BLEU over the resamples. A difference with p above 0.05 is one this test set cannot tell from noise; one seed says
-nothing of the spread over seeds.
+against its second where neither is the other's baseline. "p": how often a difference at least as large arises
+from the resampling alone; the interval is the run's BLEU over the resamples. A difference with p above 0.05 is one
+this test set cannot tell from noise; one seed says nothing of the spread over seeds.
 
 {significance_table(compared, test_signature)}
 
