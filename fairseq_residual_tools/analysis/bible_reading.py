@@ -1,6 +1,7 @@
 """The Bible study's reading, computed from the finished runs so that it stays true as runs are added: for each
 depth, warmup and seed, who ends best, whether ResiDual's early gap to Pre-LN closes by the end, whether
-``--residual-output-scale 0.5`` moves ResiDual's end point, and who failed by the rule.
+``--residual-output-scale 0.5`` moves ResiDual's end point, and who failed by the rule; for each depth and seed, what
+training without warmup does to each scheme against its run with warmup (the paper's ablation).
 
 The early gap is the difference of validation losses at update ``EARLY``; the end gap the difference of each run's
 best validation loss (where the plateau rule ended it):
@@ -114,12 +115,52 @@ def cell_reading(runs: Sequence[Dict], compared: Sequence[Dict]) -> List[str]:
     return lines
 
 
+def without_warmup(warm: Dict, cold: Dict, compared: Optional[Dict]) -> str:
+    """One scheme with warmup (``warm``) against itself without (``cold``); ``compared``: their test, if made."""
+    who = name(warm["scheme"])
+    if warm["fails"] and cold["fails"]:
+        return f"{who} fails with warmup ({warm['fails']}) and without it ({cold['fails']})"
+    if cold["fails"]:
+        return f"{who} fails without warmup ({cold['fails']}), not with it (BLEU {warm['bleu']:.2f})"
+    if warm["fails"]:
+        return f"{who} fails with warmup ({warm['fails']}), not without it (BLEU {cold['bleu']:.2f})"
+    return (
+        f"{who} BLEU {warm['bleu']:.2f} with warmup, {cold['bleu']:.2f} without, best validation loss "
+        f"{warm['best_valid_loss']:.3f} and {cold['best_valid_loss']:.3f}, ended at update {warm['end_update']:,} and "
+        f"{cold['end_update']:,}: {bleu_difference(compared)}"
+    )
+
+
+def warmup_reading(results: Sequence[Dict], compared: Sequence[Dict]) -> List[str]:
+    """For each depth and seed that has runs without warmup, each of them against its scheme with warmup."""
+    paragraphs = []
+    for layers, seed in dict.fromkeys((r["layers"], r["seed"]) for r in results if not r["warmup"]):
+        said = []
+        for cold in (r for r in results if (r["layers"], r["seed"], r["warmup"]) == (layers, seed, False)):
+            same = (cold["scheme"], layers, seed, True)
+            warm = next((r for r in results if (r["scheme"], r["layers"], r["seed"], r["warmup"]) == same), None)
+            if warm is None:  # its run with warmup has not finished yet
+                continue
+            test = (layers, False, seed, cold["scheme"], cold["scheme"], True)
+            keys = ("layers", "warmup", "seed", "scheme", "against", "against_warmup")
+            said.append(
+                without_warmup(warm, cold, next((c for c in compared if tuple(map(c.get, keys)) == test), None))
+            )
+        if said:
+            paragraphs.append(
+                f"**Without warmup against with it, E{layers}D{layers}, seed {seed}**: {'; '.join(said)}."
+            )
+    return paragraphs
+
+
 def reading(results: Sequence[Dict], compared: Sequence[Dict]) -> str:
-    """Every cell's lines, in the order its first run appears in ``results``; ``compared``: ``comparisons``' rows."""
+    """Every cell's lines, in the order its first run appears in ``results``, then what training without warmup
+    did (``warmup_reading``); ``compared``: ``comparisons``' rows."""
     cells = dict.fromkeys((r["layers"], r["warmup"], r["seed"]) for r in results)
     parts = []
     for cell in cells:
         runs = [r for r in results if (r["layers"], r["warmup"], r["seed"]) == cell]
         tests = [c for c in compared if (c["layers"], c["warmup"], c["seed"]) == cell]
         parts.append(" ".join(cell_reading(runs, tests)))
+    parts += warmup_reading(results, compared)
     return "\n\n".join(parts) if parts else "No run has finished yet."

@@ -179,10 +179,12 @@ def baselines(scheme: str) -> Sequence[str]:
 
 
 def comparisons(results: List[Dict], runs: Path) -> Tuple[List[Dict], str]:
-    """Each scored run against its ``baselines`` of the same depth, warmup and seed, and a cell's best run by BLEU
-    against its second where no baseline pairs them: sacreBLEU's paired bootstrap on their test translations
-    (``significance``). Rows: the cell, scheme, against, both sacreBLEUs, difference, interval and p; and the test's
-    signature ("" where nothing was compared)."""
+    """Each scored run against its ``baselines`` of the same depth, warmup and seed, a cell's best run by BLEU
+    against its second where no baseline pairs them, and each run without warmup against its scheme with warmup of
+    the same depth and seed (the paper's ablation): sacreBLEU's paired bootstrap on their test translations
+    (``significance``). Rows: the cell, scheme, against (``against_warmup``: the warmup of the run it is tested
+    against), both sacreBLEUs, difference, interval and p; and the test's signature ("" where nothing was
+    compared)."""
     if not (runs / REFERENCES).is_file():
         return [], ""
     references = (runs / REFERENCES).read_text(encoding="utf-8").splitlines()
@@ -204,7 +206,17 @@ def comparisons(results: List[Dict], runs: Path) -> Tuple[List[Dict], str]:
             base_score, compared, signature = paired_bootstrap(translations(cell[against]), systems, references)
             for scheme in systems:
                 where = dict(layers=layers, warmup=warmup, seed=seed, scheme=scheme, against=against)
-                rows.append({**where, "against_sacrebleu": base_score, **compared[scheme]})
+                rows.append({**where, "against_warmup": warmup, "against_sacrebleu": base_score, **compared[scheme]})
+    for cold in (r for r in scored if not r["warmup"]):
+        same = (cold["scheme"], cold["layers"], cold["seed"], True)
+        warm = next((r for r in scored if (r["scheme"], r["layers"], r["seed"], r["warmup"]) == same), None)
+        if warm is not None:
+            scheme = cold["scheme"]
+            base_score, compared, signature = paired_bootstrap(
+                translations(warm), {scheme: translations(cold)}, references
+            )
+            where = dict(layers=cold["layers"], warmup=False, seed=cold["seed"], scheme=scheme, against=scheme)
+            rows.append({**where, "against_warmup": True, "against_sacrebleu": base_score, **compared[scheme]})
     return rows, signature
 
 
@@ -216,7 +228,8 @@ def significance_table(compared: List[Dict], signature: str) -> str:
     for c in compared:
         p = "-" if c["p"] is None else f"{c['p']:.3f}"
         rows.append([f"E{c['layers']}D{c['layers']}", "yes" if c["warmup"] else "no", c["seed"], c["scheme"]])
-        rows[-1] += [c["against"], f"{c['against_sacrebleu']:.2f}", f"{c['sacrebleu']:.2f}", f"{c['delta']:+.2f}"]
+        against = c["against"] + (" with warmup" if c["against_warmup"] and not c["warmup"] else "")
+        rows[-1] += [against, f"{c['against_sacrebleu']:.2f}", f"{c['sacrebleu']:.2f}", f"{c['delta']:+.2f}"]
         rows[-1] += [f"± {c['ci95']:.2f}", p]
     headers = ["depth", "warmup", "seed", "scheme", "against", "against: sacreBLEU", "sacreBLEU", "difference"]
     return f"{table(headers + ['95 % interval', 'p'], rows)}\n\nSignature: `{signature}`."
@@ -345,8 +358,9 @@ Signature: `{signature}`.
 
 sacreBLEU's paired bootstrap (`--paired-bs`: {RESAMPLES:,} resamples of the {data["pairs"]["test"]:,} test verses, the
 same draws for both runs) of each run against Pre-LN of the same depth, warmup and seed, of ResiDual's options and
-the designs that came after it (`hc`, `siamese`, `attn-res`) also against ResiDual, and of a cell's best run
-against its second where neither is the other's baseline. "p": how often a difference at least as large arises
+the designs that came after it (`hc`, `siamese`, `attn-res`) also against ResiDual, of a cell's best run
+against its second where neither is the other's baseline, and of each run without warmup against its scheme with
+warmup of the same depth and seed ("with warmup"). "p": how often a difference at least as large arises
 from the resampling alone; the interval is the run's BLEU over the resamples. A difference with p above 0.05 is one
 this test set cannot tell from noise; one seed says nothing of the spread over seeds.
 

@@ -5,9 +5,10 @@ them)."""
 from fairseq_residual_tools.analysis import bible_reading, bible_report
 
 
-def run(scheme, at_1000, best, bleu, end=6000, fails=None, seed=1):
+def run(scheme, at_1000, best, bleu, end=6000, fails=None, seed=1, warmup=True):
     curve = [[500, at_1000 + 1.0], [1000, at_1000], [end, best]]
-    where = dict(scheme=scheme, layers=6, warmup=True, seed=seed, name=f"{scheme}-e6d6-warmup-seed{seed}", key="k")
+    named = f"{scheme}-e6d6-{'warmup' if warmup else 'nowarmup'}-seed{seed}"
+    where = dict(scheme=scheme, layers=6, warmup=warmup, seed=seed, name=named, key="k")
     return dict(where, valid_curve=curve, best_valid_loss=best, end_update=end, bleu=bleu, fails=fails)
 
 
@@ -103,3 +104,70 @@ def test_runs_that_end_at_different_updates_are_also_compared_where_the_first_of
     text = bible_reading.reading([pre, post, residual], [])
     assert line + "." in text
     assert bible_reading.at_equal_updates([pre, run("post", 6.4, 4.45, 33.0)]) is None  # same end: nothing to add
+
+
+def test_each_run_without_warmup_is_tested_against_its_scheme_with_warmup_of_the_same_depth_and_seed(tmp_path):
+    references = ["the lord is my shepherd ; i shall not want .", "in the beginning was the word .", "jesus wept ."]
+    worse = ["the lord is a shepherd .", "in the start was the word .", "jesus cried ."]
+    runs = [
+        run("pre", 6.0, 4.56, 100.0),
+        run("residual", 6.2, 4.50, 100.0),
+        run("post", 9.0, 8.9, None, fails="a plateau", warmup=False),  # failed: not decoded, not tested
+        run("pre", 6.5, 4.70, 20.0, warmup=False),
+        run("residual", 6.1, 4.52, 100.0, warmup=False),
+        run("pre", 6.0, 4.56, 100.0, seed=2, warmup=False),  # no run with warmup at seed 2 yet: nothing to test
+    ]
+    (tmp_path / bible_report.REFERENCES).write_text("\n".join(references) + "\n")
+    for r in runs:
+        if not r["fails"]:
+            said = worse if r["bleu"] < 50 else references
+            bible_report.hypotheses_file(tmp_path, r).write_text("\n".join(said) + "\n")
+    rows, _ = bible_report.comparisons(runs, tmp_path)
+    ablation = [(c["scheme"], c["against"], c["seed"]) for c in rows if c["against_warmup"] != c["warmup"]]
+    assert ablation == [("pre", "pre", 1), ("residual", "residual", 1)]
+    pre = next(c for c in rows if (c["scheme"], c["against"], c["warmup"]) == ("pre", "pre", False))
+    assert pre["against_sacrebleu"] == 100.0 and pre["delta"] < -50
+    table = bible_report.significance_table(rows, "sig")
+    cells = [[cell.strip() for cell in line.split("|")[1:6]] for line in table.splitlines()]
+    assert ["E6D6", "no", "1", "pre", "pre with warmup"] in cells
+
+
+def test_the_warmup_reading_says_who_fails_without_warmup_and_what_the_others_lose():
+    runs = [
+        run("post", 6.5, 4.45, 33.79, end=8500),
+        run("pre", 6.0, 4.56, 32.45),
+        run("residual", 6.2, 4.48, 33.49, end=8750),
+        run("hc", 6.0, 4.52, None, fails="NaN/inf loss"),
+        run("post", 9.0, 8.9, None, fails="a plateau", warmup=False),
+        run("pre", 6.5, 4.70, 30.0, end=7000, warmup=False),
+        run("residual", 6.1, 4.47, 33.2, end=8250, warmup=False),
+        run("hc", 6.0, 4.52, 32.0, warmup=False),
+    ]
+    cold = dict(layers=6, warmup=False, seed=1, against_warmup=True)
+    compared = [
+        dict(cold, scheme="pre", against="pre", delta=-2.2, p=0.001),
+        dict(cold, scheme="residual", against="residual", delta=-0.2, p=0.3),
+    ]
+    text = bible_reading.reading(runs, compared)
+    paragraph = text.split("\n\n")[-1]
+    assert paragraph == (
+        "**Without warmup against with it, E6D6, seed 1**: Post-LN fails without warmup (a plateau), not with it "
+        "(BLEU 33.79); Pre-LN BLEU 32.45 with warmup, 30.00 without, best validation loss 4.560 and 4.700, ended "
+        "at update 6,000 and 7,000: sacreBLEU -2.20 (p = 0.001: told apart); ResiDual BLEU 33.49 with warmup, "
+        "33.20 without, best validation loss 4.480 and 4.470, ended at update 8,750 and 8,250: sacreBLEU -0.20 "
+        "(p = 0.300: within the test set's noise); HC fails with warmup (NaN/inf loss), not without it "
+        "(BLEU 32.00)."
+    )
+    # the cell without warmup is read as any other; the ablation's rows are not its best-against-second test
+    assert (
+        "**E6D6 without warmup, seed 1** (4 finished): BLEU, best first: ResiDual 33.20, HC 32.00, Pre-LN 30.00" in text
+    )
+    both = [
+        run("post", 9.0, 8.9, None, fails="a plateau"),
+        run("post", 9.0, 8.8, None, fails="NaN/inf loss", warmup=False),
+    ]
+    assert bible_reading.reading(both, []).endswith(
+        "**Without warmup against with it, E6D6, seed 1**: Post-LN fails with warmup (a plateau) and without it "
+        "(NaN/inf loss)."
+    )
+    assert "Without warmup" not in bible_reading.reading(runs[:4], [])
