@@ -1,7 +1,8 @@
 """The Bible study's reading, computed from the finished runs so that it stays true as runs are added: for each
 depth, warmup and seed, who ends best, whether ResiDual's early gap to Pre-LN closes by the end, whether
-``--residual-output-scale 0.5`` moves ResiDual's end point, and who failed by the rule; for each depth and seed, what
-training without warmup does to each scheme against its run with warmup (the paper's ablation).
+``--residual-output-scale 0.5`` moves ResiDual's end point, and who failed by the rule; for each depth and warmup
+trained at several seeds, each scheme's spread and whether the order holds; for each depth and seed, what training
+without warmup does to each scheme against its run with warmup (the paper's ablation).
 
 The early gap is the difference of validation losses at update ``EARLY``; the end gap the difference of each run's
 best validation loss (where the plateau rule ended it):
@@ -19,7 +20,7 @@ A BLEU difference is one the test set tells apart where sacreBLEU's paired boots
 from typing import Dict, List, Optional, Sequence
 
 from .plateau import best_until
-from .study import loss_at
+from .study import format_cell, loss_at
 
 EARLY = 1000  # where the project's short CPU runs stop, and ResiDual trails there (results/output-scale)
 ALPHA = 0.05
@@ -115,6 +116,47 @@ def cell_reading(runs: Sequence[Dict], compared: Sequence[Dict]) -> List[str]:
     return lines
 
 
+def seeds_reading(results: Sequence[Dict], compared: Sequence[Dict]) -> List[str]:
+    """For each depth and warmup trained at more than one seed: each scheme's BLEU over its seeds, whether the
+    schemes trained at every seed rank alike at each, and ResiDual against Pre-LN at each seed where tested."""
+    paragraphs = []
+    for layers, warmup in dict.fromkeys((r["layers"], r["warmup"]) for r in results):
+        runs = [r for r in results if (r["layers"], r["warmup"]) == (layers, warmup)]
+        seeds = sorted({r["seed"] for r in runs})
+        if len(seeds) < 2:
+            continue
+        schemes = list(dict.fromkeys(r["scheme"] for r in runs))
+        listed = []
+        for scheme in schemes:
+            mine = [r for r in runs if r["scheme"] == scheme]
+            cell = format_cell(mine, "bleu", 2)
+            count = "" if any(r["fails"] for r in mine) else f" ({len(mine)} seed{'s' if len(mine) > 1 else ''})"
+            listed.append(f"{name(scheme)} {cell}{count}")
+        bleu = {(r["scheme"], r["seed"]): r["bleu"] for r in runs if not r["fails"]}
+        common = [s for s in schemes if all((s, k) in bleu for k in seeds)]
+        seen = ", ".join(map(str, seeds[:-1])) + f" and {seeds[-1]}"
+        said = [
+            f"**Over seeds, E{layers}D{layers} {'with' if warmup else 'without'} warmup** (seeds {seen}): BLEU, "
+            f"mean ± half-range: {', '.join(listed)}."
+        ]
+        if len(common) > 1:
+            orders = {k: ", ".join(name(s) for s in sorted(common, key=lambda s: -bleu[s, k])) for k in seeds}
+            if len(set(orders.values())) == 1:
+                said.append(f"The order by BLEU is the same at every seed: {orders[seeds[0]]}.")
+            else:
+                each = "; ".join(f"seed {k}: {order}" for k, order in orders.items())
+                said.append(f"The order by BLEU differs between seeds: {each}.")
+        cell_keys = ("layers", "warmup", "against_warmup", "scheme", "against")
+        tests = [c for c in compared if tuple(map(c.get, cell_keys)) == (layers, warmup, warmup, "residual", "pre")]
+        if len(tests) > 1:
+            each = ", ".join(
+                f"at seed {c['seed']} {bleu_difference(c)}" for c in sorted(tests, key=lambda c: c["seed"])
+            )
+            said.append(f"ResiDual against Pre-LN: {each}.")
+        paragraphs.append(" ".join(said))
+    return paragraphs
+
+
 def without_warmup(warm: Dict, cold: Dict, compared: Optional[Dict]) -> str:
     """One scheme with warmup (``warm``) against itself without (``cold``); ``compared``: their test, if made."""
     who = name(warm["scheme"])
@@ -154,13 +196,14 @@ def warmup_reading(results: Sequence[Dict], compared: Sequence[Dict]) -> List[st
 
 
 def reading(results: Sequence[Dict], compared: Sequence[Dict]) -> str:
-    """Every cell's lines, in the order its first run appears in ``results``, then what training without warmup
-    did (``warmup_reading``); ``compared``: ``comparisons``' rows."""
+    """Every cell's lines, in the order its first run appears in ``results``, then the spread over seeds
+    (``seeds_reading``) and what training without warmup did (``warmup_reading``); ``compared``: ``comparisons``'
+    rows."""
     cells = dict.fromkeys((r["layers"], r["warmup"], r["seed"]) for r in results)
     parts = []
     for cell in cells:
         runs = [r for r in results if (r["layers"], r["warmup"], r["seed"]) == cell]
         tests = [c for c in compared if (c["layers"], c["warmup"], c["seed"]) == cell]
         parts.append(" ".join(cell_reading(runs, tests)))
-    parts += warmup_reading(results, compared)
+    parts += seeds_reading(results, compared) + warmup_reading(results, compared)
     return "\n\n".join(parts) if parts else "No run has finished yet."

@@ -67,7 +67,8 @@ def test_a_cells_reading_ranks_its_runs_and_answers_the_issues_questions():
 def test_each_cell_is_read_apart_in_the_order_its_runs_finished():
     runs = [run("pre", 6.0, 4.56, 32.45, seed=2), run("pre", 6.0, 4.58, 32.1), run("post", 6.1, 4.5, 33.2, seed=2)]
     cells = bible_reading.reading(runs, []).split("\n\n")
-    assert [c.split("**")[1] for c in cells] == ["E6D6 with warmup, seed 2", "E6D6 with warmup, seed 1"]
+    assert [c.split("**")[1] for c in cells][:2] == ["E6D6 with warmup, seed 2", "E6D6 with warmup, seed 1"]
+    assert cells[2].startswith("**Over seeds, E6D6 with warmup** (seeds 1 and 2)")  # then the cells over seeds
     assert "Post-LN 33.20, Pre-LN 32.45" in cells[0] and "BLEU not compared" not in cells[0]  # no test: no line
     assert cells[1].endswith("BLEU, best first: Pre-LN 32.10.")
 
@@ -171,3 +172,34 @@ def test_the_warmup_reading_says_who_fails_without_warmup_and_what_the_others_lo
         "(NaN/inf loss)."
     )
     assert "Without warmup" not in bible_reading.reading(runs[:4], [])
+
+
+def test_over_seeds_the_reading_gives_each_schemes_spread_whether_the_order_holds_and_residual_against_pre_ln():
+    runs = [
+        run("post", 6.5, 4.45, 33.79),
+        run("pre", 6.0, 4.56, 32.45),
+        run("residual", 6.2, 4.48, 33.49),
+        run("post", 6.5, 4.50, 33.01, seed=2),
+        run("pre", 6.0, 4.55, 32.81, seed=2),
+        run("residual", 6.2, 4.47, 33.61, seed=2),
+        run("hc", 6.0, 4.52, 32.30),  # one seed so far
+        run("pre", 6.5, 4.70, 30.0, warmup=False),  # without warmup: one seed, no paragraph of its own
+    ]
+    cell = dict(layers=6, warmup=True, against="pre", against_warmup=True, scheme="residual")
+    compared = [dict(cell, seed=1, delta=1.11, p=0.001), dict(cell, seed=2, delta=0.6, p=0.07)]
+    paragraphs = bible_reading.reading(runs, compared).split("\n\n")
+    over = [p for p in paragraphs if p.startswith("**Over seeds")]
+    assert over == [
+        "**Over seeds, E6D6 with warmup** (seeds 1 and 2): BLEU, mean ± half-range: Post-LN 33.40 ± 0.39 (2 seeds), "
+        "Pre-LN 32.63 ± 0.18 (2 seeds), ResiDual 33.55 ± 0.06 (2 seeds), HC 32.30 (1 seed). The order by BLEU differs "
+        "between seeds: seed 1: Post-LN, ResiDual, Pre-LN; seed 2: ResiDual, Post-LN, Pre-LN. ResiDual against "
+        "Pre-LN: at seed 1 sacreBLEU +1.11 (p = 0.001: told apart), at seed 2 sacreBLEU +0.60 (p = 0.070: within the "
+        "test set's noise)."
+    ]
+    runs[3]["bleu"] = 33.9  # Post-LN ahead at seed 2 too
+    same = [p for p in bible_reading.reading(runs, []).split("\n\n") if p.startswith("**Over seeds")][0]
+    assert "The order by BLEU is the same at every seed: Post-LN, ResiDual, Pre-LN." in same
+    assert "ResiDual against Pre-LN" not in same  # not tested: nothing said
+    runs[3].update(bleu=None, fails="a plateau")
+    failed = [p for p in bible_reading.reading(runs, []).split("\n\n") if p.startswith("**Over seeds")][0]
+    assert "Post-LN 33.79 (1/2 fail), Pre-LN" in failed and "the same at every seed: ResiDual, Pre-LN." in failed
