@@ -1,6 +1,7 @@
 """The Bible study's reading, computed from the finished runs so that it stays true as runs are added: for each
 depth, warmup and seed, who ends best, whether ResiDual's early gap to Pre-LN closes by the end, whether
-``--residual-output-scale 0.5`` moves ResiDual's end point, and who failed by the rule; for each depth and warmup
+``--residual-output-scale 0.5`` moves ResiDual's end point, where the designs after ResiDual (``hc``, ``siamese``,
+``attn-res``) end against it, and who failed by the rule; for each depth and warmup
 trained at several seeds, each scheme's spread and whether the order holds; for each depth and seed, what training
 without warmup does to each scheme against its run with warmup (the paper's ablation).
 
@@ -33,6 +34,9 @@ NAMES = {
     "siamese": "SiameseNorm",
     "attn-res": "Attention Residuals",
 }
+
+# what each cell's reading holds against ResiDual: its option, and the designs that came after it
+AGAINST_RESIDUAL = {"residual:scale=0.5": "Output scale 0.5", **{s: NAMES[s] for s in ("hc", "siamese", "attn-res")}}
 
 
 def name(scheme: str) -> str:
@@ -105,14 +109,15 @@ def cell_reading(runs: Sequence[Dict], compared: Sequence[Dict]) -> List[str]:
         lines.append(
             f"ResiDual against Pre-LN: {early_gap(residual, pre)}; {bleu_difference(tested('residual', 'pre'))}."
         )
-    scaled = by.get("residual:scale=0.5")
-    if scaled and residual and not scaled["fails"] and not residual["fails"]:
-        end = scaled["best_valid_loss"] - residual["best_valid_loss"]
-        lines.append(
-            f"Output scale 0.5 against ResiDual: best validation loss {end:+.3f}, ended at update "
-            f"{scaled['end_update']:,} against {residual['end_update']:,}; "
-            f"{bleu_difference(tested('residual:scale=0.5', 'residual'))}."
-        )
+    for scheme, label in AGAINST_RESIDUAL.items():
+        other = by.get(scheme)
+        if other and residual and not other["fails"] and not residual["fails"]:
+            end = other["best_valid_loss"] - residual["best_valid_loss"]
+            lines.append(
+                f"{label} against ResiDual: best validation loss {end:+.3f}, ended at update "
+                f"{other['end_update']:,} against {residual['end_update']:,}; "
+                f"{bleu_difference(tested(scheme, 'residual'))}."
+            )
     return lines
 
 

@@ -39,17 +39,27 @@ def test_a_cells_reading_ranks_its_runs_and_answers_the_issues_questions():
         run("pre", 6.0, 4.56, 32.45),
         run("residual", 6.2, 4.50, 33.0, end=6500),
         run("residual:scale=0.5", 6.0, 4.52, 32.9, end=5750),
+        run("siamese", 5.9, 4.49, 32.7, end=7000),
+        run("attn-res", 5.8, 4.70, None, fails="NaN/inf loss"),
     ]
     cell = dict(layers=6, warmup=True, seed=1)
     compared = [
         dict(cell, scheme="residual", against="pre", delta=0.5, p=0.03),
         dict(cell, scheme="residual:scale=0.5", against="residual", delta=-0.1, p=0.6),
+        dict(cell, scheme="siamese", against="residual", delta=-0.3, p=0.2),
     ]
     text = bible_reading.reading(runs, compared)
     assert text.startswith(
-        "**E6D6 with warmup, seed 1** (4 finished): BLEU, best first: ResiDual 33.00, ResiDual with output scale 0.5 "
-        "32.90, Pre-LN 32.45. Failed by the rule: Post-LN (a training loss above 2x the best before it)."
+        "**E6D6 with warmup, seed 1** (6 finished): BLEU, best first: ResiDual 33.00, ResiDual with output scale 0.5 "
+        "32.90, SiameseNorm 32.70, Pre-LN 32.45. Failed by the rule: Post-LN (a training loss above 2x the best "
+        "before it); Attention Residuals (NaN/inf loss)."
     )
+    # the designs after ResiDual against it, as its option is; one that failed is not compared
+    assert (
+        "SiameseNorm against ResiDual: best validation loss -0.010, ended at update 7,000 against 6,500; "
+        "sacreBLEU -0.30 (p = 0.200: within the test set's noise)." in text
+    )
+    assert "Attention Residuals against ResiDual" not in text
     # best and second were tested the other way round (the output scale against its baseline): the sign turns
     assert "ResiDual against ResiDual with output scale 0.5: sacreBLEU +0.10 (p = 0.600" in text
     assert (
