@@ -35,8 +35,9 @@ NAMES = {
     "attn-res": "Attention Residuals",
 }
 
+AFTER_RESIDUAL = ("hc", "siamese", "attn-res")  # the designs that came after ResiDual: tested against it too
 # what each cell's reading holds against ResiDual: its option, and the designs that came after it
-AGAINST_RESIDUAL = {"residual:scale=0.5": "Output scale 0.5", **{s: NAMES[s] for s in ("hc", "siamese", "attn-res")}}
+AGAINST_RESIDUAL = {"residual:scale=0.5": "Output scale 0.5", **{s: NAMES[s] for s in AFTER_RESIDUAL}}
 
 
 def name(scheme: str) -> str:

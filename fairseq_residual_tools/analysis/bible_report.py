@@ -10,6 +10,7 @@ from ..files import write_json, write_text
 from ..markdown import table, write_block
 from ..provenance import ROOT, describe
 from ..training_log import RULE as FAILS_RULE
+from .bible_reading import AFTER_RESIDUAL
 from .bible_reading import reading as computed_reading
 from .plateau import Plateau, best_until
 from .significance import RESAMPLES, paired_bootstrap
@@ -174,7 +175,7 @@ def hypotheses_file(runs: Path, run: Dict) -> Path:
 def baselines(scheme: str) -> Sequence[str]:
     """What a scheme's translations are tested against: Pre-LN, the paper's baseline; and ResiDual for what is built
     on it or came after it (its options, Hyper-Connections, SiameseNorm, Attention Residuals)."""
-    follows_residual = scheme.startswith("residual:") or scheme in ("hc", "siamese", "attn-res")
+    follows_residual = scheme.startswith("residual:") or scheme in AFTER_RESIDUAL
     return ("pre", "residual") if follows_residual else ("pre",)
 
 
