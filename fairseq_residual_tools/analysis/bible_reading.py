@@ -44,6 +44,17 @@ def name(scheme: str) -> str:
     return NAMES.get(scheme, scheme)
 
 
+def tests_where(compared: Sequence[Dict], **where) -> List[Dict]:
+    """The rows of ``comparisons`` whose fields hold the values ``where`` gives."""
+    return [c for c in compared if all(c.get(key) == value for key, value in where.items())]
+
+
+def with_warmup(cold: Dict, runs: Sequence[Dict]) -> Optional[Dict]:
+    """The run of ``runs`` that is ``cold``'s scheme, depth and seed with warmup (None while there is none)."""
+    same = (cold["scheme"], cold["layers"], cold["seed"], True)
+    return next((r for r in runs if (r["scheme"], r["layers"], r["seed"], r["warmup"]) == same), None)
+
+
 def bleu_difference(compared: Optional[Dict]) -> str:
     """``compared``: one of ``comparisons``' rows (None: not tested, e.g. a run not decoded)."""
     if compared is None:
@@ -152,8 +163,8 @@ def seeds_reading(results: Sequence[Dict], compared: Sequence[Dict]) -> List[str
             else:
                 each = "; ".join(f"seed {k}: {order}" for k, order in orders.items())
                 said.append(f"The order by BLEU differs between seeds: {each}.")
-        cell_keys = ("layers", "warmup", "against_warmup", "scheme", "against")
-        tests = [c for c in compared if tuple(map(c.get, cell_keys)) == (layers, warmup, warmup, "residual", "pre")]
+        where = dict(layers=layers, warmup=warmup, against_warmup=warmup, scheme="residual", against="pre")
+        tests = tests_where(compared, **where)
         if len(tests) > 1:
             each = ", ".join(
                 f"at seed {c['seed']} {bleu_difference(c)}" for c in sorted(tests, key=lambda c: c["seed"])
@@ -185,15 +196,12 @@ def warmup_reading(results: Sequence[Dict], compared: Sequence[Dict]) -> List[st
     for layers, seed in dict.fromkeys((r["layers"], r["seed"]) for r in results if not r["warmup"]):
         said = []
         for cold in (r for r in results if (r["layers"], r["seed"], r["warmup"]) == (layers, seed, False)):
-            same = (cold["scheme"], layers, seed, True)
-            warm = next((r for r in results if (r["scheme"], r["layers"], r["seed"], r["warmup"]) == same), None)
+            warm = with_warmup(cold, results)
             if warm is None:  # its run with warmup has not finished yet
                 continue
-            test = (layers, False, seed, cold["scheme"], cold["scheme"], True)
-            keys = ("layers", "warmup", "seed", "scheme", "against", "against_warmup")
-            said.append(
-                without_warmup(warm, cold, next((c for c in compared if tuple(map(c.get, keys)) == test), None))
-            )
+            scheme = cold["scheme"]
+            where = dict(layers=layers, warmup=False, seed=seed, scheme=scheme, against=scheme, against_warmup=True)
+            said.append(without_warmup(warm, cold, next(iter(tests_where(compared, **where)), None)))
         if said:
             paragraphs.append(
                 f"**Without warmup against with it, E{layers}D{layers}, seed {seed}**: {'; '.join(said)}."

@@ -10,7 +10,7 @@ from ..files import write_json, write_text
 from ..markdown import table, write_block
 from ..provenance import ROOT, describe
 from ..training_log import RULE as FAILS_RULE
-from .bible_reading import AFTER_RESIDUAL
+from .bible_reading import AFTER_RESIDUAL, with_warmup
 from .bible_reading import reading as computed_reading
 from .plateau import Plateau, best_until
 from .significance import RESAMPLES, paired_bootstrap
@@ -209,8 +209,7 @@ def comparisons(results: List[Dict], runs: Path) -> Tuple[List[Dict], str]:
                 where = dict(layers=layers, warmup=warmup, seed=seed, scheme=scheme, against=against)
                 rows.append({**where, "against_warmup": warmup, "against_sacrebleu": base_score, **compared[scheme]})
     for cold in (r for r in scored if not r["warmup"]):
-        same = (cold["scheme"], cold["layers"], cold["seed"], True)
-        warm = next((r for r in scored if (r["scheme"], r["layers"], r["seed"], r["warmup"]) == same), None)
+        warm = with_warmup(cold, scored)
         if warm is not None:
             scheme = cold["scheme"]
             base_score, compared, signature = paired_bootstrap(
