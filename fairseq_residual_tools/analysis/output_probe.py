@@ -37,7 +37,7 @@ from ..errors import exit_on_user_error
 from ..files import write_text
 from ..markdown import table
 from ..provenance import ROOT, describe, provenance
-from .probes import STACKS, build_at_init, fairseq_task, load_batch
+from .probes import STACKS, build_at_init, fairseq_task, load_batch, real_tokens
 from .variants import check_variants, parse_variant
 
 #: the depths of the comparisons this probe explains: the demo's E3D3 / E12D12, the LM study's 6 / 12 layers
@@ -95,7 +95,7 @@ def output_probe(model, sample: Dict) -> Dict[str, Any]:
         "ln_vocab": math.log(logits.size(-1)),
         "logit_std": logits[target.ne(pad)].std(dim=-1, correction=0).mean().item(),
     }
-    keep = {"encoder": net["src_tokens"].ne(pad), "decoder": net.get("prev_output_tokens", net["src_tokens"]).ne(pad)}
+    keep = real_tokens(net, pad)
     for side in sides:
         stats = {"rms": rms(tokens(outputs[side], keep[side]))}
         if dual:

@@ -43,7 +43,7 @@ import torch.nn.functional as F
 
 from fairseq_residual.schemes.base import stack_layers
 
-from ..errors import ConfigError, exit_on_user_error
+from ..errors import ConfigError, DataError, exit_on_user_error
 from ..files import write_text
 from ..markdown import table
 from ..provenance import ROOT, describe, provenance
@@ -73,11 +73,24 @@ def fairseq_task(databin, task="translation", lm_samples: Sequence[str] = ("--sa
     return tasks.setup_task(cfg.task)
 
 
-def load_batch(task, split="valid", sentences=64) -> Dict:
-    """The first ``sentences`` pairs of ``split``, collated as fairseq-train would (a fairseq sample)."""
+def load_batch(task, split="valid", sentences=64, start=0) -> Dict:
+    """``sentences`` pairs of ``split`` from its ``start``-th (the first by default), collated as fairseq-train would
+    (a fairseq sample)."""
     task.load_dataset(split)
     dataset = task.dataset(split)
-    return dataset.collater([dataset[i] for i in range(min(sentences, len(dataset)))])
+    return dataset.collater([dataset[i] for i in range(start, min(start + sentences, len(dataset)))])
+
+
+def real_tokens(net: Dict, pad: int) -> Dict[str, torch.Tensor]:
+    """Per stack, the real (non-padding) tokens it reads in a sample's ``net_input`` (B x T): the encoder its
+    src_tokens, the decoder its prev_output_tokens (a language model's decoder reads src_tokens)."""
+    return {"encoder": net["src_tokens"].ne(pad), "decoder": net.get("prev_output_tokens", net["src_tokens"]).ne(pad)}
+
+
+def split_size(task, split: str) -> int:
+    """How many sentence pairs (LM: samples) ``split`` of the task's data holds."""
+    task.load_dataset(split)
+    return len(task.dataset(split))
 
 
 def build_at_init(task, scheme: str, layers: int, dim: int, heads: int, ffn: int, seed: int, **options):
@@ -147,8 +160,7 @@ def probe(model, sample: Dict) -> Dict:
         h.remove()
     loss = F.cross_entropy(logits.flatten(0, 1).float(), sample["target"].flatten(), ignore_index=pad)
     loss.backward()
-    # the tokens each stack reads; a language model's decoder reads src_tokens
-    keep = {"encoder": net["src_tokens"].ne(pad), "decoder": net.get("prev_output_tokens", net["src_tokens"]).ne(pad)}
+    keep = real_tokens(net, pad)
     out: Dict[str, Any] = {"loss": loss.item()}
     for side, layers in stacks.items():
         inputs = [x.transpose(0, 1)[keep[side]] for x in captured[side]]  # T x B x C -> tokens x C
@@ -331,15 +343,28 @@ def probe_fresh_models(data, args) -> List[Dict]:
     return runs
 
 
-def probe_checkpoints(data, args) -> List[Dict]:
-    """Each ``--checkpoint`` on a batch of its own task; ``data``, if given, replaces the data-bin it recorded."""
+def load_checkpoint(path, data=None):
+    """A trained residual_transformer(_lm) checkpoint as (model in eval mode, its task); ``data``, if given, replaces
+    the data-bin the checkpoint recorded. A missing file or another architecture's checkpoint is a one-line error."""
     from fairseq import checkpoint_utils
 
+    if not Path(path).is_file():
+        raise DataError(f"--checkpoint {path}: no such file (fairseq-train writes checkpoint_*.pt in its --save-dir)")
+    overrides = {"data": str(data)} if data else None
+    (model,), _cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides=overrides)
+    if not hasattr(model, "residual_scheme"):
+        raise ConfigError(
+            f"--checkpoint {path}: a {type(model).__name__}, not a residual_transformer(_lm) of this plugin "
+            "(train with --user-dir fairseq_residual --arch residual_transformer)"
+        )
+    return model.eval(), task
+
+
+def probe_checkpoints(data, args) -> List[Dict]:
+    """Each ``--checkpoint`` on a batch of its own task; ``data``, if given, replaces the data-bin it recorded."""
     runs = []
     for i, path in enumerate(args.checkpoint):
-        overrides = {"data": str(data)} if data else None
-        (model,), _cfg, task = checkpoint_utils.load_model_ensemble_and_task([str(path)], arg_overrides=overrides)
-        model.eval()
+        model, task = load_checkpoint(path, data)
         layers = len(getattr(model, "encoder", model.decoder).layers)  # a language model has no encoder
         run = dict(scheme=model.residual_scheme, layers=layers, seed=i, checkpoint=str(path))
         runs.append({**run, **probe(model, load_batch(task, args.split, args.sentences))})

@@ -9,7 +9,7 @@ import pytest
 from fairseq import options
 from helpers import commit_during_training
 
-from fairseq_residual_tools.analysis import probes, study
+from fairseq_residual_tools.analysis import dead_units, probes, study
 from fairseq_residual_tools.errors import ConfigError
 from fairseq_residual_tools.training_log import training_seconds
 
@@ -193,6 +193,26 @@ def test_probes_read_a_trained_checkpoint(reduced_study, tmp_path):
     )
     assert list(summary) == ["residual"] and list(summary["residual"]) == ["2"]
     assert len(summary["residual"]["2"]["decoder"]["grad_norm"]["mean"]) == 2
+
+
+@pytest.mark.slow
+def test_dead_units_read_every_sentence_of_a_trained_checkpoints_split(reduced_study, tmp_path):
+    work, out, argv, results = reduced_study
+    checkpoint = work / "runs" / "residual-e2d2-warmup-seed1" / "checkpoint_last.pt"
+    data = work / "data" / "data-bin"
+    runs = dead_units.main(
+        ["--checkpoint", str(checkpoint), "--data", str(data), "--chunk", "3", "--out", str(tmp_path)]
+    )
+    task = probes.fairseq_task(data)
+    assert [r["name"] for r in runs] == ["residual-e2d2-warmup-seed1"] and runs[0]["scheme"] == "residual"
+    assert runs[0]["sentences"] == probes.split_size(task, "valid")  # every sentence, in chunks of 3
+    assert [len(runs[0][side]) for side in ("encoder", "decoder")] == [2, 2]
+    assert all(0 <= share <= 1 for side in ("encoder", "decoder") for share in runs[0][side])
+    whole = dead_units.main(["--checkpoint", str(checkpoint), "--data", str(data), "--out", str(tmp_path / "one")])
+    assert whole == runs  # the maxima carried across chunks: one pass over the split counts the same
+    written = json.loads((tmp_path / "dead_units.json").read_text())
+    assert written["runs"] == runs and "dead_units --checkpoint" in written["command"]
+    assert "| residual-e2d2-warmup-seed1 |" in (tmp_path / "README.md").read_text()
 
 
 def test_a_run_records_the_tree_its_training_started_from_not_the_one_it_ended_on(tmp_path, monkeypatch):

@@ -1,0 +1,181 @@
+"""Dead FFN units of trained models: per layer, the share of the FFN's hidden units that no token of a split turns on.
+
+Every scheme's layer computes its FFN as f(h) = fc2(relu(fc1(h))) (``fairseq_residual/schemes/base.py``). Hidden
+unit j of a layer is dead on a split when its pre-activation is never positive there:
+
+    dead[k] = |{ j : max_t fc1(h_t)_j <= 0 }| / ffn_dim        t over every real (non-padding) token of the split
+
+for layer k = 1..N of each stack, dropout off. relu gives such a unit 0 on every token, so fc2's column j adds
+nothing to the layer's output and the unit's fc1 row and bias get no gradient from these tokens: capacity the model
+holds but does not use. The Bible study's runs without warmup (``results/bible-study/``) are what it was written for.
+
+    python -m fairseq_residual_tools.analysis.dead_units --checkpoint RUN/average5-at-N.pt [...] --out DIR
+"""
+
+import argparse
+import json
+import sys
+import time
+from functools import partial
+from pathlib import Path
+from typing import Dict, List, Sequence
+
+import torch
+from torch import Tensor
+
+from fairseq_residual.schemes.base import stack_layers
+
+from ..errors import ConfigError, exit_on_user_error
+from ..files import write_text
+from ..markdown import table
+from ..provenance import describe, provenance
+from .probes import load_batch, load_checkpoint, real_tokens, split_size
+from .profiles import STACKS
+
+
+def token_maxima(pre_activation: Tensor, keep: Tensor) -> Tensor:
+    """Each hidden unit's largest pre-activation over the real tokens: ``pre_activation`` is fc1's time-first
+    output (T x B x F), ``keep`` the batch's real tokens (B x T)."""
+    return pre_activation.transpose(0, 1)[keep].amax(dim=0)
+
+
+def dead_share(maxima: Tensor) -> float:
+    """The share of units whose largest pre-activation is not positive."""
+    return maxima.le(0).float().mean().item()
+
+
+def check_relu(model) -> None:
+    """Dead units are relu's: a unit of another activation (gelu, tanh) is not silenced by a negative input."""
+    for side in (side for side in STACKS if hasattr(model, side)):
+        for layer in stack_layers(getattr(model, side)):
+            name = getattr(layer.activation_fn, "__name__", type(layer.activation_fn).__name__)
+            if name != "relu":
+                raise ConfigError(
+                    f"the model's FFN activation is {name}: dead units are counted for relu only "
+                    "(fairseq's default --activation-fn relu)"
+                )
+
+
+def _record(maxima: List, keep: Tensor, k: int, _module, _args, output: Tensor):
+    """Forward hook of layer k's fc1: each unit's running largest pre-activation over real tokens."""
+    top = token_maxima(output.detach(), keep)
+    maxima[k] = top if maxima[k] is None else torch.maximum(maxima[k], top)
+
+
+def unit_maxima(model, samples) -> Dict[str, List[Tensor]]:
+    """Per stack, per layer, every hidden unit's largest pre-activation over all real tokens of ``samples``."""
+    sides = [side for side in STACKS if hasattr(model, side)]
+    layers = {side: stack_layers(getattr(model, side)) for side in sides}
+    maxima: Dict[str, List] = {side: [None] * len(layers[side]) for side in sides}
+    pad = model.decoder.padding_idx
+    for sample in samples:
+        net = sample["net_input"]
+        keep = real_tokens(net, pad)
+        hooks = [
+            layer.fc1.register_forward_hook(partial(_record, maxima[side], keep[side], k))
+            for side in sides
+            for k, layer in enumerate(layers[side])
+        ]
+        try:
+            with torch.no_grad():
+                model(**net)
+        finally:
+            for hook in hooks:
+                hook.remove()
+    return maxima
+
+
+def dead_units(model, samples) -> Dict[str, List[float]]:
+    """Per stack, the dead share of each layer's FFN units (the module's definition) over ``samples``."""
+    check_relu(model)
+    return {side: [dead_share(m) for m in per_layer] for side, per_layer in unit_maxima(model, samples).items()}
+
+
+def split_samples(task, split: str, chunk: int):
+    """Every sentence pair of ``split``, ``chunk`` at a time, as fairseq samples."""
+    total = split_size(task, split)
+    return (load_batch(task, split, chunk, start) for start in range(0, total, chunk))
+
+
+def run_name(checkpoint: Path) -> str:
+    """A study's run folder names the run; a bare checkpoint is its own name."""
+    return checkpoint.parent.name or checkpoint.name
+
+
+def report(record: Dict) -> str:
+    runs, s = record["runs"], record["settings"]
+    width = max(len(r[side]) for r in runs for side in STACKS if side in r)
+    sides = [side for side in STACKS if side in runs[0]]
+    headers = ["run", "sentences", *(f"{side[:3]} {k}" for side in sides for k in range(1, width + 1))]
+    rows = [
+        [r["name"], r["sentences"], *(percent(v) for side in sides for v in pad(r.get(side, []), width))] for r in runs
+    ]
+    return f"""# Dead FFN units
+
+Per layer k of each stack (enc/dec k, k = 1 at the bottom), the percentage of its FFN's hidden units whose
+pre-activation fc1(h)_j is not positive on any real token of the `{s["split"]}` split (every sentence of it, the
+count in the table): units that relu silences on every token and that get no gradient from them. Definition:
+`fairseq_residual_tools/analysis/dead_units.py`.
+
+{table(headers, rows)}
+
+Checkpoints: {", ".join(f"`{c}`" for c in s["checkpoint"])}.
+
+- Command: `{record["command"]}` ({record["wall_seconds"]:.0f} s wall), on a machine shared with other jobs.
+- {describe(record["provenance"])}
+"""
+
+
+def pad(values: Sequence[float], width: int) -> List:
+    """A shallower run's row, blank where a deeper run has layers."""
+    return list(values) + [None] * (width - len(values))
+
+
+def percent(share) -> str:
+    return "" if share is None else f"{100 * share:.1f}"
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="dead_units", description=__doc__.splitlines()[0])
+    p.add_argument("--checkpoint", nargs="+", required=True, help="trained checkpoints (a run folder names each)")
+    p.add_argument("--data", help="data-bin to read (default: the one each checkpoint recorded)")
+    p.add_argument("--split", default="valid")
+    p.add_argument("--chunk", type=int, default=128, help="sentence pairs per forward pass (memory, not results)")
+    p.add_argument("--out", required=True, help="folder for dead_units.json and README.md")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared CPU)")
+    return p.parse_args(argv)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    torch.set_num_threads(args.threads)
+    started, runs = time.time(), []
+    for path in map(Path, args.checkpoint):
+        model, task = load_checkpoint(path, args.data)
+        samples = list(split_samples(task, args.split, args.chunk))
+        run = dict(name=run_name(path), checkpoint=str(path), scheme=model.residual_scheme)
+        run.update(sentences=sum(s["nsentences"] for s in samples), **dead_units(model, samples))
+        runs.append(run)
+        shares = "; ".join(f"{side} " + " ".join(f"{100 * v:.0f}" for v in run[side]) for side in STACKS if side in run)
+        print(f"{run['name']}: dead FFN units, % per layer: {shares}", flush=True)
+    record = dict(
+        command=" ".join(
+            [
+                ".venv/bin/python -m fairseq_residual_tools.analysis.dead_units",
+                *(argv if argv is not None else sys.argv[1:]),
+            ]
+        ),
+        settings={k: v for k, v in vars(args).items() if k not in ("out", "threads")},
+        provenance=provenance(),
+        wall_seconds=round(time.time() - started, 1),
+        runs=runs,
+    )
+    out = Path(args.out)
+    write_text(out / "dead_units.json", json.dumps(record, indent=1) + "\n")
+    write_text(out / "README.md", report(record))
+    print(f"wrote {out / 'dead_units.json'} and README.md")
+    return runs
+
+
+if __name__ == "__main__":
+    sys.exit(exit_on_user_error(main))

@@ -1,0 +1,111 @@
+"""Dead FFN units are counted as defined (a unit whose fc1 pre-activation is positive on no real token), in the
+right layer of the right stack, for every scheme and a language model; bad input is a one-line error."""
+
+import pytest
+import torch
+from helpers import TinyTask, baseline_model, build_lm, build_model, lm_batch, random_batch, stock_transformer
+
+from fairseq_residual.schemes import SCHEMES
+from fairseq_residual.schemes.base import stack_layers
+from fairseq_residual_tools.analysis import dead_units
+from fairseq_residual_tools.errors import ConfigError, DataError
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+FFN = 32
+
+
+def fix_pre_activations(model, dead: dict):
+    """fc1 of layer k of each stack made input-independent: weight 0, bias -1 on its first ``dead[side][k]`` units
+    but the last of them, which gets 0 (relu(0) = 0: dead too), +1 on the rest."""
+    with torch.no_grad():
+        for side, counts in dead.items():
+            for layer, n in zip(stack_layers(getattr(model, side)), counts, strict=True):
+                layer.fc1.weight.zero_()
+                layer.fc1.bias.fill_(1.0)
+                layer.fc1.bias[:n] = -1.0
+                if n:
+                    layer.fc1.bias[n - 1] = 0.0
+
+
+def translation_sample(task, seed=0, **kwargs):
+    src, src_lengths, prev = random_batch(task, seed=seed, **kwargs)
+    return {"net_input": {"src_tokens": src, "src_lengths": src_lengths, "prev_output_tokens": prev}}
+
+
+@pytest.mark.parametrize("scheme", sorted(SCHEMES))
+def test_each_layer_of_each_stack_gets_its_own_share_for_every_scheme(scheme):
+    task = TinyTask()
+    model = baseline_model(scheme, task, enc_layers=3, dec_layers=2, ffn=FFN)
+    dead = {"encoder": [0, 5, 32], "decoder": [17, 1]}
+    fix_pre_activations(model, dead)
+    shares = dead_units.dead_units(model, [translation_sample(task)])
+    assert shares == {side: [n / FFN for n in counts] for side, counts in dead.items()}
+
+
+def test_a_language_model_has_its_decoder_counted():
+    task = TinyTask()
+    model = build_lm(task, scheme="residual", layers=3, ffn=FFN)
+    fix_pre_activations(model, {"decoder": [3, 0, 8]})
+    shares = dead_units.dead_units(model, [{"net_input": {"src_tokens": lm_batch(task)}}])
+    assert shares == {"decoder": [3 / FFN, 0.0, 8 / FFN]}
+
+
+def test_a_unit_positive_only_on_padding_is_dead():
+    # T x B x F = 3 x 2 x 3, time first as fc1 sees it; keep is B x T
+    pre = torch.full((3, 2, 3), -1.0)
+    keep = torch.tensor([[True, True, False], [True, True, True]])
+    pre[2, 0, 0] = 5.0  # unit 0: positive only at (sentence 0, position 2), a padding position
+    pre[2, 1, 1] = 0.5  # unit 1: positive at a real token of sentence 1
+    pre[:, :, 2] = 0.0  # unit 2: never positive
+    maxima = dead_units.token_maxima(pre, keep)
+    assert maxima.tolist() == [-1.0, 0.5, 0.0]
+    assert dead_units.dead_share(maxima) == pytest.approx(2 / 3)
+
+
+def test_a_unit_alive_in_one_sample_of_the_split_is_not_dead():
+    """Against the definition applied to every real token of both samples at once, collected by a hook of its own."""
+    task = TinyTask()
+    model = baseline_model("residual", task, ffn=FFN)
+    with torch.no_grad():
+        for layer in stack_layers(model.encoder):
+            layer.fc1.bias.sub_(0.5)  # most units rarely on: which are on depends on the sample
+    samples = [translation_sample(task, seed=s, batch=2) for s in (1, 2)]
+    seen = []
+    hook = model.encoder.layers[1].fc1.register_forward_hook(lambda _m, _a, out: seen.append(out))
+    with torch.no_grad():
+        for sample in samples:
+            model(**sample["net_input"])
+    hook.remove()
+    tokens = torch.cat(
+        [out.transpose(0, 1)[s["net_input"]["src_tokens"].ne(1)] for out, s in zip(seen, samples, strict=True)]
+    )
+    expected = (tokens > 0).sum(dim=0).eq(0).float().mean().item()
+    each = [dead_units.dead_units(model, [s])["encoder"][1] for s in samples]
+    both = dead_units.dead_units(model, samples)["encoder"][1]
+    assert both == pytest.approx(expected) and both <= min(each) and min(each) < 1
+    assert both < max(each)  # the split is more than either sample: a unit off in one sample was on in the other
+
+
+def test_another_activation_is_a_one_line_error():
+    task = TinyTask()
+    model = build_model(task, scheme="pre", activation_fn="gelu")
+    with pytest.raises(ConfigError, match="activation is gelu: dead units are counted for relu only"):
+        dead_units.dead_units(model, [translation_sample(task)])
+
+
+def test_a_missing_checkpoint_is_a_one_line_error(tmp_path):
+    with pytest.raises(DataError, match="no-such.pt: no such file"):
+        dead_units.main(["--checkpoint", str(tmp_path / "no-such.pt"), "--out", str(tmp_path / "out")])
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_checkpoint_of_another_architecture_is_a_one_line_error(tmp_path, monkeypatch):
+    from fairseq import checkpoint_utils
+
+    task = TinyTask()
+    stock = stock_transformer(task, normalize_before=True, layers=2)  # fairseq's own transformer: no scheme
+    monkeypatch.setattr(checkpoint_utils, "load_model_ensemble_and_task", lambda paths, **_: ([stock], None, task))
+    path = tmp_path / "checkpoint_best.pt"
+    path.write_bytes(b"")  # present; what it holds is what the patched loader returns
+    with pytest.raises(ConfigError, match="a TransformerModel, not a residual_transformer"):
+        dead_units.main(["--checkpoint", str(path), "--out", str(tmp_path / "out")])
