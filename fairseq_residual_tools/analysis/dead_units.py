@@ -7,7 +7,7 @@ unit j of a layer is dead on a split when its pre-activation is never positive t
 
 for layer k = 1..N of each stack, dropout off. relu gives such a unit 0 on every token, so fc2's column j adds
 nothing to the layer's output and the unit's fc1 row and bias get no gradient from these tokens: capacity the model
-holds but does not use. The Bible study's runs without warmup (``results/bible-study/``) are what it was written for.
+holds but does not use.
 
     python -m fairseq_residual_tools.analysis.dead_units --checkpoint RUN/average5-at-N.pt [...] --out DIR
 """
@@ -143,7 +143,10 @@ def parse_args(argv=None):
     p.add_argument("--chunk", type=int, default=128, help="sentence pairs per forward pass (memory, not results)")
     p.add_argument("--out", required=True, help="folder for dead_units.json and README.md")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared CPU)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.chunk < 1:
+        raise ConfigError(f"--chunk {args.chunk}: a forward pass reads at least 1 sentence pair")
+    return args
 
 
 def main(argv=None):

@@ -88,8 +88,12 @@ def real_tokens(net: Dict, pad: int) -> Dict[str, torch.Tensor]:
 
 
 def split_size(task, split: str) -> int:
-    """How many sentence pairs (LM: samples) ``split`` of the task's data holds."""
-    task.load_dataset(split)
+    """How many sentence pairs (LM: samples) ``split`` of the task's data holds; a split the data-bin lacks is a
+    one-line error."""
+    try:
+        task.load_dataset(split)
+    except FileNotFoundError as e:
+        raise DataError(f"--split {split}: {e}") from None
     return len(task.dataset(split))
 
 

@@ -10,7 +10,7 @@ from fairseq import options
 from helpers import commit_during_training
 
 from fairseq_residual_tools.analysis import dead_units, probes, study
-from fairseq_residual_tools.errors import ConfigError
+from fairseq_residual_tools.errors import ConfigError, DataError
 from fairseq_residual_tools.training_log import training_seconds
 
 # probes.main sets torch's thread count (its --threads, 1): the fixture restores it after the module
@@ -210,6 +210,10 @@ def test_dead_units_read_every_sentence_of_a_trained_checkpoints_split(reduced_s
     assert all(0 <= share <= 1 for side in ("encoder", "decoder") for share in runs[0][side])
     whole = dead_units.main(["--checkpoint", str(checkpoint), "--data", str(data), "--out", str(tmp_path / "one")])
     assert whole == runs  # the maxima carried across chunks: one pass over the split counts the same
+    with pytest.raises(DataError, match="--split tset: data folder .* has no 'tset' split"):
+        dead_units.main(
+            ["--checkpoint", str(checkpoint), "--data", str(data), "--split", "tset", "--out", str(tmp_path)]
+        )
     written = json.loads((tmp_path / "dead_units.json").read_text())
     assert written["runs"] == runs and "dead_units --checkpoint" in written["command"]
     assert "| residual-e2d2-warmup-seed1 |" in (tmp_path / "README.md").read_text()

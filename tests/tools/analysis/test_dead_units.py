@@ -109,3 +109,8 @@ def test_a_checkpoint_of_another_architecture_is_a_one_line_error(tmp_path, monk
     path.write_bytes(b"")  # present; what it holds is what the patched loader returns
     with pytest.raises(ConfigError, match="a TransformerModel, not a residual_transformer"):
         dead_units.main(["--checkpoint", str(path), "--out", str(tmp_path / "out")])
+
+
+def test_a_chunk_below_one_is_a_one_line_error(tmp_path):
+    with pytest.raises(ConfigError, match="--chunk 0: a forward pass reads at least 1 sentence pair"):
+        dead_units.main(["--checkpoint", str(tmp_path / "c.pt"), "--chunk", "0", "--out", str(tmp_path)])
