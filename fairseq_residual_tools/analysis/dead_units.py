@@ -155,9 +155,9 @@ def main(argv=None):
     started, runs = time.time(), []
     for path in map(Path, args.checkpoint):
         model, task = load_checkpoint(path, args.data)
-        samples = list(split_samples(task, args.split, args.chunk))
+        samples = split_samples(task, args.split, args.chunk)
         run = dict(name=run_name(path), checkpoint=str(path), scheme=model.residual_scheme)
-        run.update(sentences=sum(s["nsentences"] for s in samples), **dead_units(model, samples))
+        run.update(sentences=split_size(task, args.split), **dead_units(model, samples))
         runs.append(run)
         shares = "; ".join(f"{side} " + " ".join(f"{100 * v:.0f}" for v in run[side]) for side in STACKS if side in run)
         print(f"{run['name']}: dead FFN units, % per layer: {shares}", flush=True)

@@ -76,8 +76,7 @@ def fairseq_task(databin, task="translation", lm_samples: Sequence[str] = ("--sa
 def load_batch(task, split="valid", sentences=64, start=0) -> Dict:
     """``sentences`` pairs of ``split`` from its ``start``-th (the first by default), collated as fairseq-train would
     (a fairseq sample)."""
-    task.load_dataset(split)
-    dataset = task.dataset(split)
+    dataset = split_dataset(task, split)
     return dataset.collater([dataset[i] for i in range(start, min(start + sentences, len(dataset)))])
 
 
@@ -87,14 +86,20 @@ def real_tokens(net: Dict, pad: int) -> Dict[str, torch.Tensor]:
     return {"encoder": net["src_tokens"].ne(pad), "decoder": net.get("prev_output_tokens", net["src_tokens"]).ne(pad)}
 
 
+def split_dataset(task, split: str):
+    """The task's dataset of ``split``, loaded once (fairseq keeps it in ``task.datasets``); a split the data-bin
+    lacks is a one-line error."""
+    if split not in task.datasets:
+        try:
+            task.load_dataset(split)
+        except FileNotFoundError as e:
+            raise DataError(f"--split {split}: {e}") from None
+    return task.dataset(split)
+
+
 def split_size(task, split: str) -> int:
-    """How many sentence pairs (LM: samples) ``split`` of the task's data holds; a split the data-bin lacks is a
-    one-line error."""
-    try:
-        task.load_dataset(split)
-    except FileNotFoundError as e:
-        raise DataError(f"--split {split}: {e}") from None
-    return len(task.dataset(split))
+    """How many sentence pairs (LM: samples) ``split`` of the task's data holds."""
+    return len(split_dataset(task, split))
 
 
 def build_at_init(task, scheme: str, layers: int, dim: int, heads: int, ffn: int, seed: int, **options):
