@@ -10,6 +10,8 @@ nothing to the layer's output and the unit's fc1 row and bias get no gradient fr
 holds but does not use.
 
     python -m fairseq_residual_tools.analysis.dead_units --checkpoint RUN/average5-at-N.pt [...] --out DIR
+
+Run again with the same settings on unchanged checkpoints, data and code (``CODE``), it does nothing and says so.
 """
 
 import argparse
@@ -25,12 +27,20 @@ from torch import Tensor
 
 from fairseq_residual.schemes.base import stack_layers
 
+from ..dataprep.pipeline import made_from
 from ..errors import ConfigError, exit_on_user_error
 from ..files import write_text
 from ..markdown import table
-from ..provenance import describe, provenance
+from ..provenance import code_sha256, describe, provenance
 from .probes import load_batch, load_checkpoint, real_tokens, split_size
 from .profiles import STACKS
+
+#: the code a count depends on: the models, how a checkpoint and a split are read, and this definition
+CODE = (
+    "fairseq_residual",
+    "fairseq_residual_tools/analysis/dead_units.py",
+    "fairseq_residual_tools/analysis/probes.py",
+)
 
 
 def token_maxima(pre_activation: Tensor, keep: Tensor) -> Tensor:
@@ -97,6 +107,32 @@ def split_samples(task, split: str, chunk: int):
     return (load_batch(task, split, chunk, start) for start in range(0, total, chunk))
 
 
+def split_files(task, split: str) -> List[Path]:
+    """The data-bin files a count of ``split`` reads: its dictionaries and the split's binaries (a translation's
+    ``valid.es-en.es.bin``, a language model's ``valid.bin``), in each of the task's data folders."""
+    from fairseq.utils import split_paths
+
+    folders = [Path(d) for d in split_paths(task.cfg.data)]
+    binaries = [f for d in folders for f in d.glob(f"{split}.*") if f.suffix in (".bin", ".idx")]
+    return sorted([*binaries, *(f for d in folders for f in d.glob("dict*.txt"))])
+
+
+def made_of(settings: Dict, code: str, files: Sequence[Path]) -> Dict:
+    """What a count was made from: its settings, the sha256 of its code (``CODE``), each file's path, size and time."""
+    return dict(settings=settings, code_sha256=code, **made_from({}, files))
+
+
+def done_before(out: Path, settings: Dict) -> bool:
+    """``out`` holds a count made from ``settings`` with today's code, checkpoints and data files."""
+    record_file = out / "dead_units.json"
+    if not (record_file.is_file() and (out / "README.md").is_file()):
+        return False
+    made = json.loads(record_file.read_text(encoding="utf-8")).get("made_from")
+    if not made or made["settings"] != settings or not all(Path(f).is_file() for f in made["inputs"]):
+        return False
+    return made_of(settings, code_sha256(CODE), list(made["inputs"])) == made
+
+
 def run_name(checkpoint: Path) -> str:
     """A study's run folder names the run; a bare checkpoint is its own name."""
     return checkpoint.parent.name or checkpoint.name
@@ -151,10 +187,15 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    out, settings = Path(args.out), {k: v for k, v in vars(args).items() if k not in ("out", "threads")}
+    if done_before(out, settings):
+        print(f"{out / 'dead_units.json'}: counted before from these checkpoints, data and code; nothing to do")
+        return json.loads((out / "dead_units.json").read_text(encoding="utf-8"))["runs"]
     torch.set_num_threads(args.threads)
-    started, runs = time.time(), []
+    started, code, runs, files = time.time(), code_sha256(CODE), [], []  # the code before the count
     for path in map(Path, args.checkpoint):
         model, task = load_checkpoint(path, args.data)
+        files += [path, *split_files(task, args.split)]
         samples = split_samples(task, args.split, args.chunk)
         run = dict(name=run_name(path), checkpoint=str(path), scheme=model.residual_scheme)
         run.update(sentences=split_size(task, args.split), **dead_units(model, samples))
@@ -168,14 +209,14 @@ def main(argv=None):
                 *(argv if argv is not None else sys.argv[1:]),
             ]
         ),
-        settings={k: v for k, v in vars(args).items() if k not in ("out", "threads")},
+        settings=settings,
+        made_from=made_of(settings, code, files),
         provenance=provenance(),
         wall_seconds=round(time.time() - started, 1),
         runs=runs,
     )
-    out = Path(args.out)
-    write_text(out / "dead_units.json", json.dumps(record, indent=1) + "\n")
     write_text(out / "README.md", report(record))
+    write_text(out / "dead_units.json", json.dumps(record, indent=1) + "\n")  # last: what done_before reads
     print(f"wrote {out / 'dead_units.json'} and README.md")
     return runs
 

@@ -216,6 +216,9 @@ def test_dead_units_read_every_sentence_of_a_trained_checkpoints_split(reduced_s
         )
     written = json.loads((tmp_path / "dead_units.json").read_text())
     assert written["runs"] == runs and "dead_units --checkpoint" in written["command"]
+    read = [Path(f).name for f in written["made_from"]["inputs"]]
+    assert sorted(f.rsplit(".", 1)[1] for f in read if f.startswith("valid.")) == ["bin", "bin", "idx", "idx"]
+    assert not [f for f in read if f.startswith(("train.", "test."))]  # the split the count read, through the task
     assert "| residual-e2d2-warmup-seed1 |" in (tmp_path / "README.md").read_text()
 
 

@@ -1,6 +1,10 @@
 """Dead FFN units are counted as defined (a unit whose fc1 pre-activation is positive on no real token), in the
 right layer of the right stack, for every scheme and a language model; bad input is a one-line error."""
 
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
 import pytest
 import torch
 from helpers import TinyTask, baseline_model, build_lm, build_model, lm_batch, random_batch, stock_transformer
@@ -114,3 +118,63 @@ def test_a_checkpoint_of_another_architecture_is_a_one_line_error(tmp_path, monk
 def test_a_chunk_below_one_is_a_one_line_error(tmp_path):
     with pytest.raises(ConfigError, match="--chunk 0: a forward pass reads at least 1 sentence pair"):
         dead_units.main(["--checkpoint", str(tmp_path / "c.pt"), "--chunk", "0", "--out", str(tmp_path)])
+
+
+def on_disk(tmp_path, monkeypatch):
+    """A checkpoint and a data-bin as files; "loading" them gives a tiny model, whose loads are counted."""
+    task = TinyTask()
+    model = baseline_model("residual", task, ffn=FFN)
+    data = tmp_path / "bin"
+    data.mkdir()
+    for name in ("dict.es.txt", "dict.en.txt", "valid.es-en.es.bin", "valid.es-en.en.idx", "test.es-en.es.bin"):
+        (data / name).write_text(name)
+    checkpoint = tmp_path / "run" / "checkpoint_last.pt"
+    checkpoint.parent.mkdir()
+    checkpoint.write_text("weights")
+    loads = []
+
+    def load(path, _data):
+        loads.append(path)
+        return model, SimpleNamespace(cfg=SimpleNamespace(data=str(data)))
+
+    monkeypatch.setattr(dead_units, "load_checkpoint", load)
+    monkeypatch.setattr(dead_units, "split_size", lambda _task, _split: 3)
+    monkeypatch.setattr(dead_units, "split_samples", lambda *_: [translation_sample(task)])
+    return checkpoint, data, loads
+
+
+def test_a_count_run_again_on_the_same_inputs_does_nothing_and_says_so(tmp_path, monkeypatch, capsys):
+    checkpoint, data, loads = on_disk(tmp_path, monkeypatch)
+    argv = ["--checkpoint", str(checkpoint), "--out", str(tmp_path / "out")]
+    runs = dead_units.main(argv)
+    record = json.loads((tmp_path / "out" / "dead_units.json").read_text())
+    assert sorted(Path(f).name for f in record["made_from"]["inputs"]) == [
+        "checkpoint_last.pt",
+        "dict.en.txt",
+        "dict.es.txt",
+        "valid.es-en.en.idx",
+        "valid.es-en.es.bin",
+    ]  # the split counted, not another one
+    written = {f: f.stat().st_mtime_ns for f in (tmp_path / "out").iterdir()}
+    assert dead_units.main(argv) == runs and len(loads) == 1
+    assert "counted before from these checkpoints, data and code; nothing to do" in capsys.readouterr().out
+    assert {f: f.stat().st_mtime_ns for f in (tmp_path / "out").iterdir()} == written
+
+
+@pytest.mark.parametrize("change", ["checkpoint", "data", "split", "code", "readme"])
+def test_a_count_is_made_again_when_what_it_was_made_from_changed(change, tmp_path, monkeypatch):
+    checkpoint, data, loads = on_disk(tmp_path, monkeypatch)
+    argv = ["--checkpoint", str(checkpoint), "--out", str(tmp_path / "out")]
+    dead_units.main(argv)
+    if change == "checkpoint":
+        checkpoint.write_text("trained on")
+    elif change == "data":
+        (data / "valid.es-en.es.bin").write_text("prepared again")
+    elif change == "split":
+        argv += ["--split", "test"]
+    elif change == "code":
+        monkeypatch.setattr(dead_units, "code_sha256", lambda _paths: "another tree")
+    else:
+        (tmp_path / "out" / "README.md").unlink()  # a folder holding one of its two files
+    dead_units.main(argv)
+    assert len(loads) == 2 and (tmp_path / "out" / "README.md").is_file()
