@@ -297,15 +297,17 @@ def run_all(specs: List[RunSpec], data: Dict, args, started: float, report) -> L
     """The plan with ``args.jobs`` concurrent trainings, printing progress; ``report()`` after each finished run, so
     that the report, the README's table and the records in ``OUT/runs`` always hold every run finished so far."""
     runs_dir = Path(args.work) / "runs"
-    done = itertools.count(1)
+    done, number = itertools.count(1), {spec: n for n, spec in enumerate(specs, 1)}
     lock = threading.Lock()
 
     def one(spec):
         result = run_one(spec, data, args, Path(args.out) / "runs", runs_dir)
         how = "finished earlier with these settings, data and model: reused" if result["reused"] else "trained"
+        # runs end out of the plan's order: the count of ended runs, then this one's place in the plan
         print(
-            f"[{next(done)}/{len(specs)}] {spec.name}: {result['stop']} at update {result['end_update']}, "
-            f"fails={result['fails']}, BLEU {result['bleu']} ({how}) | {(time.time() - started) / 60:.1f} min",
+            f"[{next(done)}/{len(specs)} ended] run {number[spec]} {spec.name}: {result['stop']} at update "
+            f"{result['end_update']}, fails={result['fails']}, BLEU {result['bleu']} ({how}) | "
+            f"{(time.time() - started) / 60:.1f} min",
             flush=True,
         )
         if not result["reused"]:

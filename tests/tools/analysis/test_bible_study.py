@@ -3,6 +3,8 @@ validation interval at a time until the plateau, the cap or a divergence, resumi
 the report. fairseq-train is replaced by a stand-in that writes fairseq's JSON log lines."""
 
 import json
+import threading
+from argparse import Namespace
 
 import pytest
 from sacrebleu.metrics import BLEU
@@ -476,3 +478,26 @@ def test_the_zoomed_curves_show_the_second_half_of_the_longest_run_unless_told()
     assert bible_report.zoom_start(runs, settings) == 11250  # half of 22,750, on a validation (every 250)
     assert bible_report.zoom_start(runs, {**settings, "zoom_from": 5000}) == 5000
     assert bible_report.zoom_start([], settings) == 250
+
+
+def test_the_progress_line_counts_ended_runs_and_names_each_ones_place_in_the_plan(tmp_path, monkeypatch, capsys):
+    specs = [RunSpec("pre", 6, True, 1), RunSpec("residual", 6, True, 1), RunSpec("post", 6, True, 1)]
+    second_reported = threading.Event()
+
+    def run_one(spec, *_):
+        if spec == specs[0]:
+            assert second_reported.wait(10)  # the first of the plan ends after the second
+        result = dict(stop="plateau", end_update=2000, fails=None, bleu=30.0, reused=spec == specs[2])
+        return {**result, "name": spec.name}
+
+    monkeypatch.setattr(bible_study, "run_one", run_one)
+    args = Namespace(work=str(tmp_path), out=str(tmp_path), jobs=2)
+    bible_study.run_all(specs, {}, args, started=0.0, report=second_reported.set)
+    lines = [line.split(":")[0] for line in capsys.readouterr().out.splitlines()]
+    assert [line.split("] ")[0] for line in lines] == ["[1/3 ended", "[2/3 ended", "[3/3 ended"]
+    assert lines[0] == "[1/3 ended] run 2 residual-e6d6-warmup-seed1"  # ended first, second in the plan
+    assert sorted(line.split("] ")[1] for line in lines) == [
+        "run 1 pre-e6d6-warmup-seed1",
+        "run 2 residual-e6d6-warmup-seed1",
+        "run 3 post-e6d6-warmup-seed1",
+    ]
