@@ -127,8 +127,11 @@ def done_before(out: Path, settings: Dict) -> bool:
     record_file = out / "dead_units.json"
     if not (record_file.is_file() and (out / "README.md").is_file()):
         return False
-    made = json.loads(record_file.read_text(encoding="utf-8")).get("made_from")
-    if not made or made["settings"] != settings or not all(Path(f).is_file() for f in made["inputs"]):
+    try:
+        made = json.loads(record_file.read_text(encoding="utf-8"))["made_from"]
+        if made["settings"] != settings or not all(Path(f).is_file() for f in made["inputs"]):
+            return False
+    except (ValueError, KeyError, TypeError):  # not JSON, or a record from before made_from: count again
         return False
     return made_of(settings, code_sha256(CODE), list(made["inputs"])) == made
 

@@ -161,7 +161,7 @@ def test_a_count_run_again_on_the_same_inputs_does_nothing_and_says_so(tmp_path,
     assert {f: f.stat().st_mtime_ns for f in (tmp_path / "out").iterdir()} == written
 
 
-@pytest.mark.parametrize("change", ["checkpoint", "data", "split", "code", "readme"])
+@pytest.mark.parametrize("change", ["checkpoint", "data", "split", "code", "readme", "record", "old-record"])
 def test_a_count_is_made_again_when_what_it_was_made_from_changed(change, tmp_path, monkeypatch):
     checkpoint, data, loads = on_disk(tmp_path, monkeypatch)
     argv = ["--checkpoint", str(checkpoint), "--out", str(tmp_path / "out")]
@@ -174,7 +174,11 @@ def test_a_count_is_made_again_when_what_it_was_made_from_changed(change, tmp_pa
         argv += ["--split", "test"]
     elif change == "code":
         monkeypatch.setattr(dead_units, "code_sha256", lambda _paths: "another tree")
-    else:
+    elif change == "readme":
         (tmp_path / "out" / "README.md").unlink()  # a folder holding one of its two files
+    elif change == "record":
+        (tmp_path / "out" / "dead_units.json").write_text("{")  # not JSON (edited by hand)
+    else:
+        (tmp_path / "out" / "dead_units.json").write_text('{"runs": []}')  # written before made_from
     dead_units.main(argv)
     assert len(loads) == 2 and (tmp_path / "out" / "README.md").is_file()
