@@ -12,6 +12,9 @@ holds but does not use.
     python -m fairseq_residual_tools.analysis.dead_units --checkpoint RUN/average5-at-N.pt [...] --out DIR
 
 Run again with the same settings on unchanged checkpoints, data and code (``CODE``), it does nothing and says so.
+With ``--add`` the table keeps the earlier counts' rows of other checkpoints, whose files may be gone (a study's
+machine does not keep its checkpoints): ``dead_units.json`` holds this count at its top level and those in
+``earlier``, each with its own command and provenance.
 """
 
 import argparse
@@ -28,7 +31,7 @@ from torch import Tensor
 from fairseq_residual.schemes.base import stack_layers
 
 from ..dataprep.pipeline import made_from
-from ..errors import ConfigError, exit_on_user_error
+from ..errors import ConfigError, DataError, exit_on_user_error
 from ..files import write_text
 from ..markdown import table
 from ..provenance import code_sha256, describe, provenance
@@ -122,18 +125,49 @@ def made_of(settings: Dict, code: str, files: Sequence[Path]) -> Dict:
     return dict(settings=settings, code_sha256=code, **made_from({}, files))
 
 
-def done_before(out: Path, settings: Dict) -> bool:
-    """``out`` holds a count made from ``settings`` with today's code, checkpoints and data files."""
+def done_before(out: Path, settings: Dict, add: bool) -> bool:
+    """``out`` holds a count made from ``settings`` with today's code, checkpoints and data files; without ``add``,
+    and no earlier count beside it."""
     record_file = out / "dead_units.json"
     if not (record_file.is_file() and (out / "README.md").is_file()):
         return False
     try:
-        made = json.loads(record_file.read_text(encoding="utf-8"))["made_from"]
+        record = json.loads(record_file.read_text(encoding="utf-8"))
+        made = record["made_from"]
         if made["settings"] != settings or not all(Path(f).is_file() for f in made["inputs"]):
             return False
     except (ValueError, KeyError, TypeError):  # not JSON, or a record from before made_from: count again
         return False
-    return made_of(settings, code_sha256(CODE), list(made["inputs"])) == made
+    return (add or not record.get("earlier")) and made_of(settings, code_sha256(CODE), list(made["inputs"])) == made
+
+
+def same_table(settings: Dict) -> Dict:
+    """What rows of one table share: every setting but the checkpoints."""
+    return {k: v for k, v in settings.items() if k != "checkpoint"}
+
+
+def earlier_counts(out: Path, settings: Dict) -> List[Dict]:
+    """``--add``: the counts in ``out``'s record, each without its rows of ``settings``' checkpoints (counted now)
+    and without the counts left with none; an error if they counted with other settings."""
+    record_file = out / "dead_units.json"
+    if not record_file.is_file():
+        return []
+    try:
+        record = json.loads(record_file.read_text(encoding="utf-8"))
+        counts = [{k: v for k, v in record.items() if k != "earlier"}, *record.get("earlier", [])]
+        before = {json.dumps(same_table(c["settings"]), sort_keys=True) for c in counts}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise DataError(
+            f"{record_file} is not a count dead_units wrote: move it away, or count into another --out"
+        ) from None
+    if before != {json.dumps(same_table(settings), sort_keys=True)}:
+        raise ConfigError(
+            f"--add: {record_file} counted with other settings ({', '.join(sorted(before))}): add with the same "
+            "--data, --split and --chunk, or count into another --out"
+        )
+    now = {str(Path(c).resolve()) for c in settings["checkpoint"]}
+    kept = [dict(c, runs=[r for r in c["runs"] if str(Path(r["checkpoint"]).resolve()) not in now]) for c in counts]
+    return [c for c in kept if c["runs"]]
 
 
 def run_name(checkpoint: Path) -> str:
@@ -142,7 +176,8 @@ def run_name(checkpoint: Path) -> str:
 
 
 def report(record: Dict) -> str:
-    runs, s = record["runs"], record["settings"]
+    counts = [*record.get("earlier", []), record]
+    runs, s = [r for c in counts for r in c["runs"]], record["settings"]
     width = max(len(r[side]) for r in runs for side in STACKS if side in r)
     sides = [side for side in STACKS if side in runs[0]]
     headers = ["run", "sentences", *(f"{side[:3]} {k}" for side in sides for k in range(1, width + 1))]
@@ -158,11 +193,18 @@ count in the table): units that relu silences on every token and that get no gra
 
 {table(headers, rows)}
 
-Checkpoints: {", ".join(f"`{c}`" for c in s["checkpoint"])}.
+Checkpoints: {", ".join(f"`{r['checkpoint']}`" for r in runs)}.
 
-- Command: `{record["command"]}` ({record["wall_seconds"]:.0f} s wall), on a machine shared with other jobs.
-- {describe(record["provenance"])}
-"""
+{"".join(count_text(c, len(counts) > 1) for c in counts)}"""
+
+
+def count_text(count: Dict, several: bool) -> str:
+    """A count's command and provenance, naming its rows when the table holds several counts."""
+    rows = f" (rows: {', '.join(r['name'] for r in count['runs'])})" if several else ""
+    return (
+        f"- Command{rows}: `{count['command']}` ({count['wall_seconds']:.0f} s wall), on a machine shared with "
+        f"other jobs.\n- {describe(count['provenance'])}\n"
+    )
 
 
 def pad(values: Sequence[float], width: int) -> List:
@@ -182,6 +224,9 @@ def parse_args(argv=None):
     p.add_argument("--chunk", type=int, default=128, help="sentence pairs per forward pass (memory, not results)")
     p.add_argument("--out", required=True, help="folder for dead_units.json and README.md")
     p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest on a shared CPU)")
+    p.add_argument(
+        "--add", action="store_true", help="keep OUT's rows of other checkpoints (counted before; files may be gone)"
+    )
     args = p.parse_args(argv)
     if args.chunk < 1:
         raise ConfigError(f"--chunk {args.chunk}: a forward pass reads at least 1 sentence pair")
@@ -190,10 +235,11 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    out, settings = Path(args.out), {k: v for k, v in vars(args).items() if k not in ("out", "threads")}
-    if done_before(out, settings):
+    out, settings = Path(args.out), {k: v for k, v in vars(args).items() if k not in ("out", "threads", "add")}
+    if done_before(out, settings, args.add):
         print(f"{out / 'dead_units.json'}: counted before from these checkpoints, data and code; nothing to do")
         return json.loads((out / "dead_units.json").read_text(encoding="utf-8"))["runs"]
+    earlier = earlier_counts(out, settings) if args.add else []  # before the count: a wrong --add stops at once
     torch.set_num_threads(args.threads)
     started, code, runs, files = time.time(), code_sha256(CODE), [], []  # the code before the count
     for path in map(Path, args.checkpoint):
@@ -217,6 +263,7 @@ def main(argv=None):
         provenance=provenance(),
         wall_seconds=round(time.time() - started, 1),
         runs=runs,
+        **({"earlier": earlier} if earlier else {}),
     )
     write_text(out / "README.md", report(record))
     write_text(out / "dead_units.json", json.dumps(record, indent=1) + "\n")  # last: what done_before reads

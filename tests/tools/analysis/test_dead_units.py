@@ -182,3 +182,76 @@ def test_a_count_is_made_again_when_what_it_was_made_from_changed(change, tmp_pa
         (tmp_path / "out" / "dead_units.json").write_text('{"runs": []}')  # written before made_from
     dead_units.main(argv)
     assert len(loads) == 2 and (tmp_path / "out" / "README.md").is_file()
+
+
+def table_runs(readme: str) -> list:
+    """The run column of the README's table, below its header and rule."""
+    return [line.split("|")[1].strip() for line in readme.splitlines() if line.startswith("| ")][1:]
+
+
+def second_checkpoint(tmp_path) -> Path:
+    other = tmp_path / "other-run" / "average5-at-9.pt"
+    other.parent.mkdir()
+    other.write_text("other weights")
+    return other
+
+
+def test_add_keeps_the_rows_of_checkpoints_that_are_gone_and_names_each_count(tmp_path, monkeypatch, capsys):
+    checkpoint, _data, loads = on_disk(tmp_path, monkeypatch)
+    out = tmp_path / "out"
+    first = dead_units.main(["--checkpoint", str(checkpoint), "--out", str(out)])
+    checkpoint.unlink()  # the machine that trained it is gone
+    other = second_checkpoint(tmp_path)
+    argv = ["--add", "--checkpoint", str(other), "--out", str(out)]
+    added = dead_units.main(argv)
+    record = json.loads((out / "dead_units.json").read_text())
+    assert record["runs"] == added and [r["name"] for r in added] == ["other-run"]
+    assert [c["runs"] for c in record["earlier"]] == [first] and [r["name"] for r in first] == ["run"]
+    readme = (out / "README.md").read_text()
+    assert table_runs(readme) == ["run", "other-run"]  # one table, both rows
+    assert "- Command (rows: run): `" in readme and "- Command (rows: other-run): `" in readme
+    assert f"--add --checkpoint {other}" in readme
+    written = {f: f.stat().st_mtime_ns for f in out.iterdir()}
+    assert dead_units.main(argv) == added and len(loads) == 2  # the same --add again: nothing to do
+    assert "nothing to do" in capsys.readouterr().out
+    assert {f: f.stat().st_mtime_ns for f in out.iterdir()} == written
+
+
+def test_add_counts_a_checkpoint_counted_before_again_in_place_of_its_row(tmp_path, monkeypatch):
+    checkpoint, _data, loads = on_disk(tmp_path, monkeypatch)
+    out, other = tmp_path / "out", second_checkpoint(tmp_path)
+    dead_units.main(["--checkpoint", str(checkpoint), str(other), "--out", str(out)])
+    other.write_text("trained on")
+    dead_units.main(["--add", "--checkpoint", str(other), "--out", str(out)])
+    record = json.loads((out / "dead_units.json").read_text())
+    assert [r["name"] for c in [*record["earlier"], record] for r in c["runs"]] == ["run", "other-run"]
+    assert len(loads) == 3 and table_runs((out / "README.md").read_text()) == ["run", "other-run"]
+
+
+def test_without_add_the_record_holds_this_count_only(tmp_path, monkeypatch):
+    checkpoint, _data, loads = on_disk(tmp_path, monkeypatch)
+    out, other = tmp_path / "out", second_checkpoint(tmp_path)
+    dead_units.main(["--checkpoint", str(checkpoint), "--out", str(out)])
+    dead_units.main(["--add", "--checkpoint", str(other), "--out", str(out)])
+    dead_units.main(["--checkpoint", str(other), "--out", str(out)])  # its count, but earlier rows beside it
+    record = json.loads((out / "dead_units.json").read_text())
+    assert len(loads) == 3 and "earlier" not in record and [r["name"] for r in record["runs"]] == ["other-run"]
+    assert table_runs((out / "README.md").read_text()) == ["other-run"]
+
+
+@pytest.mark.parametrize("what", ["split", "not-json"])
+def test_add_to_another_kind_of_count_is_a_one_line_error_that_writes_nothing(what, tmp_path, monkeypatch):
+    checkpoint, _data, loads = on_disk(tmp_path, monkeypatch)
+    out, other = tmp_path / "out", second_checkpoint(tmp_path)
+    dead_units.main(["--checkpoint", str(checkpoint), "--out", str(out)])
+    argv = ["--add", "--checkpoint", str(other), "--out", str(out)]
+    if what == "split":
+        error, message = ConfigError, "--add: .*dead_units.json counted with other settings .*same --data, --split"
+        argv += ["--split", "test"]
+    else:
+        (out / "dead_units.json").write_text("{")
+        error, message = DataError, "dead_units.json is not a count dead_units wrote: move it away"
+    written = {f: f.read_bytes() for f in out.iterdir()}
+    with pytest.raises(error, match=message):
+        dead_units.main(argv)
+    assert len(loads) == 1 and {f: f.read_bytes() for f in out.iterdir()} == written
