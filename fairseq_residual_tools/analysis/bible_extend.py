@@ -11,6 +11,10 @@ its test translations against the cell's other finished runs, and against itself
 paired bootstrap. The record and translations go to ``OUT``/extended/ with a README; a finished extension is reused,
 and compared with the runs of its cell that finished since it was made.
 The remaining options are the study's (``bible_study``), so the run is the study's run under the same settings.
+
+Where the run's checkpoints are gone with the machine that trained them, ``--anew`` trains it again from update 0
+under the same settings (the record's key) and says whether its validation curve up to the record's end is the
+record's: the same run, or another one of the same recipe and seed.
 """
 
 import argparse
@@ -41,6 +45,7 @@ def parse_args(argv=None):
     p = argparse.ArgumentParser(prog="fairseq-residual-bible-extend", description=__doc__.splitlines()[0])
     p.add_argument("--run", required=True, help="a planned run's name, e.g. pre-e6d6-warmup-seed1")
     p.add_argument("--to", type=int, required=True, help="the update to train it on to (a validation update)")
+    p.add_argument("--anew", action="store_true", help="checkpoints gone: train the run again from update 0")
     ours, rest = p.parse_known_args(argv)
     study = bible_study.parse_args(rest)
     if ours.to <= 0 or ours.to % study.validate_every:
@@ -71,13 +76,25 @@ def finished_run(spec: RunSpec, data: Dict, args) -> Dict:
     return record
 
 
-def copy_run(source: Path, dest: Path) -> None:
+#: in an extension's folder: it was trained from update 0, not copied from the study's run
+ANEW = "trained-anew"
+
+
+def copy_run(source: Path, dest: Path, anew: bool, to: int) -> None:
     """The run's checkpoints and logs, not its averaged checkpoint or decoding; renamed into place when complete, so a
-    copy killed half-way is made again."""
+    copy killed half-way is made again. ``anew``: where ``source`` is gone, an empty folder marked ``ANEW``."""
     partial = dest.with_name(dest.name + ".partial")
-    if not source.is_dir():
-        raise ConfigError(f"{source}: the run's checkpoints are not in --work; an extension needs them")
+    if not source.is_dir() and not anew:
+        raise ConfigError(
+            f"{source}: the run's checkpoints are not in --work (gone with the machine that trained them?); "
+            f"--anew trains it again from update 0 to {to}"
+        )
     shutil.rmtree(partial, ignore_errors=True)
+    if not source.is_dir():
+        partial.mkdir(parents=True)
+        write_text(partial / ANEW, "trained from update 0: the study's run was not in --work\n")
+        partial.rename(dest)
+        return
     shutil.copytree(source, partial, ignore=shutil.ignore_patterns("average*.pt", "generate-*.out"))
     partial.rename(dest)
 
@@ -108,9 +125,20 @@ def compare_again(result: Dict, done: Path, spec: RunSpec, data: Dict, args) -> 
     return since
 
 
-def extend(spec: RunSpec, to: int, data: Dict, args) -> Dict:
+def same_run(record: Dict, curve: Sequence) -> Dict:
+    """An extension trained anew against the study's ``record``: whether its validation curve up to the record's end
+    is the record's, and the largest difference of a loss at one update."""
+    ours = dict((u, loss) for u, loss in curve if u <= record["end_update"])
+    theirs = dict((u, loss) for u, loss in record["valid_curve"])
+    differences = [abs(ours[u] - theirs[u]) for u in theirs if u in ours]
+    same = ours.keys() == theirs.keys() and not any(differences)
+    return {"same_curve": same, "largest_difference": max(differences, default=None)}
+
+
+def extend(spec: RunSpec, to: int, data: Dict, args, anew: bool = False) -> Dict:
     """Train the finished run ``spec`` on to update ``to``, score it and compare it; its record (reused if made).
-    ``data``: the study's, with the fingerprints of ``cell(spec)``."""
+    ``data``: the study's, with the fingerprints of ``cell(spec)``. ``anew``: train it from update 0 where its
+    checkpoints are gone."""
     name, record = spec.name, finished_run(spec, data, args)
     if to <= record["end_update"]:
         raise ConfigError(f"--to {to}: {name} ended at update {record['end_update']}; give a later update")
@@ -126,7 +154,7 @@ def extend(spec: RunSpec, to: int, data: Dict, args) -> Dict:
         return result
     save_dir = Path(args.work) / EXTENDED / stem
     if not save_dir.exists():
-        copy_run(Path(args.work) / "runs" / run_id(record), save_dir)
+        copy_run(Path(args.work) / "runs" / run_id(record), save_dir, anew, to)
     # no plateau stop (a fall below 0 never happens), the cap at ``to``
     on = Namespace(**{**vars(args), "max_update_cap": to, "plateau_fraction": 0.0})
     git = describe_git(git_state())
@@ -136,6 +164,8 @@ def extend(spec: RunSpec, to: int, data: Dict, args) -> Dict:
     result.update(stop=stop["stop"] if "diverged" in stop["stop"] else f"trained on to update {to}")
     result.update(end_update=stop["end_update"], **outcome(save_dir / "train.out"))
     result.update(best_valid_loss=min((loss for _, loss in result["valid_curve"]), default=None))
+    if (save_dir / ANEW).is_file():
+        result["trained_anew"] = same_run(record, result["valid_curve"])
     result.update(bleu=None, sacrebleu=None, compared=[])
     if result["fails"] is None:
         result.update(bible_study.average_and_score(data["databin"], save_dir, to, args))
@@ -155,14 +185,19 @@ def write_readme(out: Path) -> None:
         "Each is a finished run of the study trained on, from its last checkpoint, to a later update (usually where",
         "another run of its cell ended), then averaged and scored as the study does (`bible_extend`). Not a run of",
         "the plan: its table keeps each run where the plateau rule ended it. Differences are other run minus the",
-        "extension (sacreBLEU's paired bootstrap on the test set).\n",
+        "extension (sacreBLEU's paired bootstrap on the test set). Where the run's checkpoints were gone, it was",
+        "trained again from update 0 (`--anew`), and its section says whether that is the same run.\n",
     ]
     for path in sorted(out.glob("*.json")):
         r = json.loads(path.read_text(encoding="utf-8"))
         at_plateau = best_until(r["valid_curve"], r["from_update"])
         parts.append(f"## {r['name']}\n")
         parts.append(
-            f"Trained on from update {r['from_update']:,} to {r['to_update']:,}"
+            (
+                anew_text(r)
+                if "trained_anew" in r
+                else f"Trained on from update {r['from_update']:,} to {r['to_update']:,}"
+            )
             + (f" ({r['stop']})" if r["stop"] != f"trained on to update {r['to_update']}" else "")
             + f"; best validation loss "
             f"{at_plateau:.3f} at its plateau, {r['best_valid_loss']:.3f} by update {r['end_update']:,}; "
@@ -181,9 +216,24 @@ def write_readme(out: Path) -> None:
     write_text(out / "README.md", "\n".join(parts))
 
 
+def anew_text(r: Dict) -> str:
+    same = r["trained_anew"]
+    if same["same_curve"]:
+        how = "the record's to the last digit"
+    elif same["largest_difference"] is None:
+        how = "not the record's (no update in common)"
+    else:
+        how = f"not the record's (losses up to {same['largest_difference']:.3f} apart): another run of its settings"
+    return (
+        f"Trained again from update 0 to {r['to_update']:,}, its checkpoints gone (its validation curve up to its "
+        f"plateau at {r['from_update']:,} is {how})"
+    )
+
+
 def command_of(r: Dict) -> str:
     run = r["name"].rsplit("-to-", 1)[0]
-    return f"python -m fairseq_residual_tools.analysis.bible_extend --run {run} --to {r['to_update']}"
+    anew = " --anew" if "trained_anew" in r else ""
+    return f"python -m fairseq_residual_tools.analysis.bible_extend --run {run} --to {r['to_update']}{anew}"
 
 
 def main(argv=None):
@@ -195,7 +245,7 @@ def main(argv=None):
         s: model_fingerprint(bible_study.training_args(data["databin"], fingerprint_dir, s, args, 0))
         for s in cell(spec, args)
     }
-    extend(spec, ours.to, data, args)
+    extend(spec, ours.to, data, args, ours.anew)
     return 0
 
 

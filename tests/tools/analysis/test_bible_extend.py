@@ -4,6 +4,7 @@ reused once made, and refuses what it cannot extend in one line. fairseq-train a
 stand-ins."""
 
 import json
+import shutil
 
 import pytest
 from test_bible_study import REFERENCES, FakeScoring, FakeTrainer, plateau_curve, study_args
@@ -127,3 +128,41 @@ def test_a_rerun_compares_the_extension_with_the_runs_of_its_cell_finished_since
     record = json.loads(next(out.glob("pre-e6d6-warmup-seed1-to-3000-*.json")).read_text())
     assert {c["name"] for c in record["compared"]} == set(compared)
     assert "| residual-e6d6-warmup-seed1 |" in (out / "README.md").read_text()
+
+
+def test_a_run_whose_checkpoints_are_gone_is_refused_or_trained_anew_and_checked_against_its_record(
+    tmp_path, monkeypatch
+):
+    trainer, args, data = finished_cell(tmp_path, monkeypatch)
+    for folder in (tmp_path / "w" / "runs").iterdir():
+        shutil.rmtree(folder)  # the machine that trained the cell is gone; its records are committed
+    trained = len(trainer.targets)
+    with pytest.raises(
+        ConfigError, match="checkpoints are not in --work .*--anew trains it again from update 0 to 3000"
+    ):
+        bible_extend.extend(PRE, 3000, data, args)
+    assert len(trainer.targets) == trained and not (tmp_path / "w" / "extended").exists()
+    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring(REFERENCES, bleu=lambda end: end / 100))
+    result = bible_extend.extend(PRE, 3000, data, args, anew=True)
+    assert trainer.targets[trained:] == list(range(250, 3001, 250))  # from update 0
+    assert result["from_update"] == 2500 and result["end_update"] == 3000 and result["bleu"] == 30.0
+    assert result["trained_anew"] == {"same_curve": True, "largest_difference": 0.0}
+    readme = (tmp_path / "o" / "extended" / "README.md").read_text()
+    assert (
+        "Trained again from update 0 to 3,000, its checkpoints gone (its validation curve up to its plateau at"
+        in readme
+    )
+    assert "2,500 is the record's to the last digit)" in readme and "--to 3000 --anew`" in readme
+
+
+def test_a_run_trained_anew_that_is_not_its_record_says_how_far_apart(tmp_path, monkeypatch):
+    trainer, args, data = finished_cell(tmp_path, monkeypatch)
+    for folder in (tmp_path / "w" / "runs").iterdir():
+        shutil.rmtree(folder)
+    trainer.valid = lambda update: after_plateau(update) + (0.002 if update == 1000 else 0.0)  # another machine's sums
+    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring())
+    result = bible_extend.extend(PRE, 3000, data, args, anew=True)
+    assert result["trained_anew"]["same_curve"] is False
+    assert result["trained_anew"]["largest_difference"] == pytest.approx(0.002)
+    readme = (tmp_path / "o" / "extended" / "README.md").read_text()
+    assert "not the record's (losses up to 0.002 apart): another run of its settings" in readme
