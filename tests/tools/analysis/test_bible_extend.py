@@ -166,3 +166,20 @@ def test_a_run_trained_anew_that_is_not_its_record_says_how_far_apart(tmp_path, 
     assert result["trained_anew"]["largest_difference"] == pytest.approx(0.002)
     readme = (tmp_path / "o" / "extended" / "README.md").read_text()
     assert "not the record's (losses up to 0.002 apart): another run of its settings" in readme
+
+
+def test_a_run_trained_anew_and_killed_half_way_resumes_from_its_own_checkpoints_and_stays_marked(
+    tmp_path, monkeypatch
+):
+    trainer, args, data = finished_cell(tmp_path, monkeypatch)
+    for folder in (tmp_path / "w" / "runs").iterdir():
+        shutil.rmtree(folder)
+    trained = len(trainer.targets)
+    trainer.kill_at = 1100
+    with pytest.raises(Exception, match="killed"):
+        bible_extend.extend(PRE, 3000, data, args, anew=True)
+    trainer.kill_at = None
+    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring())
+    result = bible_extend.extend(PRE, 3000, data, args, anew=True)
+    assert trainer.targets[trained:] == [250, 500, 750, 1000, 1250, *range(1250, 3001, 250)]  # 1,250 again, from 1,000
+    assert result["trained_anew"]["same_curve"] and not list((tmp_path / "w" / "extended").glob("*.partial"))
