@@ -80,15 +80,19 @@ def finished_run(spec: RunSpec, data: Dict, args) -> Dict:
 ANEW = "trained-anew"
 
 
-def copy_run(source: Path, dest: Path, anew: bool, to: int) -> None:
-    """The run's checkpoints and logs, not its averaged checkpoint or decoding; renamed into place when complete, so a
-    copy killed half-way is made again. ``anew``: where ``source`` is gone, an empty folder marked ``ANEW``."""
-    partial = dest.with_name(dest.name + ".partial")
+def check_source(source: Path, anew: bool, to: int) -> None:
+    """The run's checkpoints must be in --work unless it is trained ``anew``."""
     if not source.is_dir() and not anew:
         raise ConfigError(
             f"{source}: the run's checkpoints are not in --work (gone with the machine that trained them?); "
             f"--anew trains it again from update 0 to {to}"
         )
+
+
+def copy_run(source: Path, dest: Path) -> None:
+    """The run's checkpoints and logs, not its averaged checkpoint or decoding; renamed into place when complete, so a
+    copy killed half-way is made again. Where ``source`` is gone (``--anew``), an empty folder marked ``ANEW``."""
+    partial = dest.with_name(dest.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     if not source.is_dir():
         partial.mkdir(parents=True)
@@ -152,30 +156,33 @@ def extend(spec: RunSpec, to: int, data: Dict, args, anew: bool = False) -> Dict
         print(f"{name} was trained on to update {to} before: {done} ({said})")
         write_readme(out)
         return result
-    save_dir = Path(args.work) / EXTENDED / stem
+    save_dir, source = Path(args.work) / EXTENDED / stem, Path(args.work) / "runs" / run_id(record)
     if not save_dir.exists():
-        copy_run(Path(args.work) / "runs" / run_id(record), save_dir, anew, to)
-    # no plateau stop (a fall below 0 never happens), the cap at ``to``
-    on = Namespace(**{**vars(args), "max_update_cap": to, "plateau_fraction": 0.0})
-    git = describe_git(git_state())
-    stop = bible_study.train_to_end(spec, data["databin"], save_dir, on, f"{name} to {to}")
-    result = dict(asdict(spec), name=f"{name}-to-{to}", key=record["key"], extends=run_id(record))
-    result.update(from_update=record["end_update"], to_update=to, git=git)
-    result.update(stop=stop["stop"] if "diverged" in stop["stop"] else f"trained on to update {to}")
-    result.update(end_update=stop["end_update"], **outcome(save_dir / "train.out"))
-    result.update(best_valid_loss=min((loss for _, loss in result["valid_curve"]), default=None))
-    if (save_dir / ANEW).is_file():
-        result["trained_anew"] = same_run(record, result["valid_curve"])
-    result.update(bleu=None, sacrebleu=None, compared=[])
-    if result["fails"] is None:
-        result.update(bible_study.average_and_score(data["databin"], save_dir, to, args))
-        bible_study.keep_test_output(save_dir / "generate-test.out", out, result, args.tgt)
-        others = bible_study.finished(cell(spec, args), data, args)
-        result["compared"] = compare(result, out, others, Path(args.out) / "runs")
-    result.update(provenance=provenance())
-    write_json(done, result)
-    write_readme(out)
-    return result
+        check_source(source, anew, to)
+    with bible_study.training_lock(save_dir, "bible_extend"):  # a second extension of it refuses in one line
+        if not save_dir.exists():
+            copy_run(source, save_dir)
+        # no plateau stop (a fall below 0 never happens), the cap at ``to``
+        on = Namespace(**{**vars(args), "max_update_cap": to, "plateau_fraction": 0.0})
+        git = describe_git(git_state())
+        stop = bible_study.train_to_end(spec, data["databin"], save_dir, on, f"{name} to {to}")
+        result = dict(asdict(spec), name=f"{name}-to-{to}", key=record["key"], extends=run_id(record))
+        result.update(from_update=record["end_update"], to_update=to, git=git)
+        result.update(stop=stop["stop"] if "diverged" in stop["stop"] else f"trained on to update {to}")
+        result.update(end_update=stop["end_update"], **outcome(save_dir / "train.out"))
+        result.update(best_valid_loss=min((loss for _, loss in result["valid_curve"]), default=None))
+        if (save_dir / ANEW).is_file():
+            result["trained_anew"] = same_run(record, result["valid_curve"])
+        result.update(bleu=None, sacrebleu=None, compared=[])
+        if result["fails"] is None:
+            result.update(bible_study.average_and_score(data["databin"], save_dir, to, args))
+            bible_study.keep_test_output(save_dir / "generate-test.out", out, result, args.tgt)
+            others = bible_study.finished(cell(spec, args), data, args)
+            result["compared"] = compare(result, out, others, Path(args.out) / "runs")
+        result.update(provenance=provenance())
+        write_json(done, result)
+        write_readme(out)
+        return result
 
 
 def write_readme(out: Path) -> None:

@@ -415,7 +415,8 @@ Curves: [valid_loss.png](valid_loss.png) (whole runs), [valid_loss_zoom.png](val
   {len(results)} runs. Runs trained at {", ".join(sorted({r.get("git") or "?" for r in results}))} (per run in
   results.json). This report: {describe(meta["provenance"])}
 
-Regenerate (resumable; a finished run's record in runs/ is reused):
+Regenerate (resumable; a finished run's record in runs/ is reused; a second invocation on the same `--work`
+leaves each run the first is training to it and trains the rest):
 
     {meta["command"]}
 """

@@ -16,7 +16,8 @@ A run is named by its settings, the data-bin's bytes and the model's fingerprint
 gradient of the freshly initialised model on a fixed batch), so a change of code that changes what a scheme
 computes trains it anew, and one that does not (a new scheme beside it) keeps its finished runs. A finished run's
 record lies in ``OUT/runs/`` (committed, so a new checkout reuses it); an interrupted one resumes from its
-``checkpoint_last.pt`` in ``--work``.
+``checkpoint_last.pt`` in ``--work``. A run being trained is locked (``training_lock``): a second invocation on
+the same ``--work`` (on cores the first leaves idle) leaves it to the first and trains the rest of its own plan.
 """
 
 import argparse
@@ -37,6 +38,7 @@ from ..commands import run_training
 from ..dataprep import bible
 from ..errors import ConfigError, DataError, exit_on_user_error
 from ..files import write_json, write_lines
+from ..folder_lock import held
 from ..provenance import ROOT, describe_git, git_state, provenance
 from ..runner import PLUGIN_DIR, RunError, fairseq_command
 from ..training_log import TrainLog, divergence, outcome, read_log
@@ -208,6 +210,21 @@ def run_one(spec: RunSpec, data: Dict, args, records: Path, runs_dir: Path) -> D
             flush=True,
         )
     save_dir = runs_dir / name
+    with training_lock(save_dir):
+        record = current_record(record_file, args)  # again, locked: another invocation may have ended it meanwhile
+        if record is not None:
+            return dict(record, reused=True)
+        return train_and_record(spec, data, args, save_dir, record_file, key, train)
+
+
+def training_lock(save_dir: Path, who: str = "bible_study"):
+    """Held while a run trains, averages and scores: another invocation on the same ``--work`` leaves the run to
+    this one (``FolderBusy``) and trains the rest of its plan. Beside the run's folder, not in it."""
+    return held(save_dir, save_dir.with_name(f"{save_dir.name}.lock"), who)
+
+
+def train_and_record(spec: RunSpec, data: Dict, args, save_dir: Path, record_file: Path, key: str, train) -> Dict:
+    """``run_one``'s training to the end, judgement, scoring and record (written last)."""
     save_dir.mkdir(parents=True, exist_ok=True)
     git = describe_git(git_state())  # the code this attempt's training loads
     started = time.time()
@@ -219,7 +236,7 @@ def run_one(spec: RunSpec, data: Dict, args, records: Path, runs_dir: Path) -> D
     result.update(bleu=None, sacrebleu=None)
     if result["fails"] is None:
         result.update(average_and_score(data["databin"], save_dir, stop["end_update"], args))
-        keep_test_output(save_dir / "generate-test.out", records, result, args.tgt)
+        keep_test_output(save_dir / "generate-test.out", record_file.parent, result, args.tgt)
     result.update(provenance=provenance(), wall_seconds_this_attempt=round(time.time() - started, 1))
     write_json(record_file, result)
     return dict(result, reused=False)

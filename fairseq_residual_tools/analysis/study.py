@@ -30,6 +30,7 @@ from ..commands import run_training, score_test_set, train_command
 from ..demo.prepare import TGT, prepare_demo_data
 from ..errors import ConfigError
 from ..files import write_json, write_text
+from ..folder_lock import FolderBusy
 from ..markdown import table
 from ..provenance import ROOT, describe, describe_git, git_state, provenance
 from ..runner import RunError
@@ -320,18 +321,26 @@ def parse_args(argv=None):
 
 def run_in_pool(items: Sequence, one, jobs: int) -> List[Dict]:
     """``one(item)`` for every item, ``jobs`` at a time. A run that raises RunError (a crash or a kill, not a
-    divergence) has no verdict: it is named and left out, to be retried by the next invocation."""
+    divergence) has no verdict: it is named and left out, to be retried by the next invocation. One whose folder
+    another process is training (``FolderBusy``) is left to that process."""
+
+    busy = []
 
     def guarded(item):
         try:
             return one(item)
         except RunError as err:
             print(f"[error] {err}", flush=True)
-            return None
+        except FolderBusy as err:
+            print(f"[busy] {err}", flush=True)
+            busy.append(item.name)
+        return None
 
     with ThreadPoolExecutor(max_workers=jobs) as pool:
         results = list(pool.map(guarded, items))
-    missing = [item.name for item, result in zip(items, results) if result is None]
+    if busy:
+        print(f"{len(busy)} run(s) left to the process training them: {', '.join(busy)}", flush=True)
+    missing = [item.name for item, result in zip(items, results) if result is None and item.name not in busy]
     if missing:
         left_out = f"{len(missing)} run(s) stopped without a verdict and are left out (run again to retry)"
         print(f"{left_out}: {', '.join(missing)}", flush=True)

@@ -5,17 +5,14 @@
 from ``checkpoint_last.pt`` there (docs/reproduce.md).
 """
 
-import fcntl
 import functools
 import os
 import shlex
 import signal
-import socket
 import subprocess
 import sys
 import time
 import warnings
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
@@ -27,8 +24,9 @@ from hydra import initialize_config_dir
 import fairseq_residual  # noqa: F401  (registers the model's options)
 from fairseq_residual.finished_training import NOTHING_LEFT
 
-from ..errors import ConfigError, DataError, UserError
+from ..errors import ConfigError, DataError
 from ..files import write_json, write_text
+from ..folder_lock import held
 from ..runner import PLUGIN_DIR, RunError, run_logged
 from .cells import CONFIG_DIR, DATASETS, NOT_IMPLEMENTED, ROOT, Cell, Dataset, parse_cell
 from .status import FAILS, LAUNCH_MARK, TRAINED, launch_records, training_state
@@ -351,28 +349,11 @@ def train(args, entry_module: str = ENTRY) -> int:
         return _launch(plan, cell_dir)
 
 
-@contextmanager
 def launch_lock(cell_dir: Path, node_rank: Optional[int] = None):
     """Held by the launcher while its training runs (``launch.lock`` in the cell folder; one per node when torchrun
-    spans several): a second launch of the cell refuses instead of writing the same checkpoints. It is an flock,
-    which the kernel releases when the launcher ends, however it ends, so a killed launch never leaves it stuck."""
-    cell_dir.mkdir(parents=True, exist_ok=True)
+    spans several): a second launch of the cell refuses (``folder_lock.held``)."""
     path = cell_dir / ("launch.lock" if node_rank is None else f"launch.node{node_rank}.lock")
-    with open(path, "a+", encoding="utf-8") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip() or "another launch"
-            raise UserError(
-                f"{cell_dir} is being trained by {holder} ({path}): wait for it to end or stop it; "
-                "two trainings would write the same checkpoints"
-            ) from None
-        lock.seek(0)
-        lock.truncate()
-        lock.write(f"launch pid {os.getpid()} on {socket.gethostname()} since {_now()}\n")
-        lock.flush()
-        yield
+    return held(cell_dir, path, "launch")
 
 
 def _launch(plan: LaunchPlan, cell_dir: Path) -> int:

@@ -7,11 +7,12 @@ import json
 import shutil
 
 import pytest
-from test_bible_study import REFERENCES, FakeScoring, FakeTrainer, plateau_curve, study_args
+from test_bible_study import REFERENCES, FakeScoring, FakeTrainer, held_elsewhere, plateau_curve, study_args
 
 from fairseq_residual_tools.analysis import bible_extend, bible_study
 from fairseq_residual_tools.analysis.study import RunSpec
 from fairseq_residual_tools.errors import ConfigError
+from fairseq_residual_tools.folder_lock import FolderBusy
 
 PRE, POST = RunSpec("pre", 6, True, 1), RunSpec("post", 6, True, 1)
 
@@ -79,6 +80,21 @@ def test_an_extension_killed_half_way_resumes_from_its_own_last_validation(tmp_p
     assert not list((tmp_path / "w" / "extended").glob("*.partial"))
 
 
+def test_a_second_extension_of_a_run_being_extended_refuses_in_one_line_and_a_killed_one_leaves_no_lock(
+    tmp_path, monkeypatch
+):
+    trainer, args, data = finished_cell(tmp_path, monkeypatch)
+    trained, key = len(trainer.targets), bible_extend.finished_run(PRE, data, args)["key"]
+    save_dir = tmp_path / "w" / "extended" / f"pre-e6d6-warmup-seed1-to-3000-{key}"
+    with held_elsewhere(save_dir, "bible_extend") as pid:
+        with pytest.raises(FolderBusy, match=rf"^{save_dir} is being trained by bible_extend pid {pid} on .*wait"):
+            bible_extend.extend(PRE, 3000, data, args)
+        assert not save_dir.exists() and len(trainer.targets) == trained  # refused before copying or training
+    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring())
+    assert bible_extend.extend(PRE, 3000, data, args)["end_update"] == 3000  # the kernel released the lock
+    assert trainer.targets[trained:] == [2750, 3000]
+
+
 def test_what_cannot_be_extended_says_why_in_one_line(tmp_path, monkeypatch):
     _, args, data = finished_cell(tmp_path, monkeypatch)
     with pytest.raises(ConfigError, match="ended at update 2500; give a later update"):
@@ -134,8 +150,7 @@ def test_a_run_whose_checkpoints_are_gone_is_refused_or_trained_anew_and_checked
     tmp_path, monkeypatch
 ):
     trainer, args, data = finished_cell(tmp_path, monkeypatch)
-    for folder in (tmp_path / "w" / "runs").iterdir():
-        shutil.rmtree(folder)  # the machine that trained the cell is gone; its records are committed
+    shutil.rmtree(tmp_path / "w" / "runs")  # the machine that trained the cell is gone; its records are committed
     trained = len(trainer.targets)
     with pytest.raises(
         ConfigError, match="checkpoints are not in --work .*--anew trains it again from update 0 to 3000"
@@ -157,8 +172,7 @@ def test_a_run_whose_checkpoints_are_gone_is_refused_or_trained_anew_and_checked
 
 def test_a_run_trained_anew_that_is_not_its_record_says_how_far_apart(tmp_path, monkeypatch):
     trainer, args, data = finished_cell(tmp_path, monkeypatch)
-    for folder in (tmp_path / "w" / "runs").iterdir():
-        shutil.rmtree(folder)
+    shutil.rmtree(tmp_path / "w" / "runs")
     trainer.valid = lambda update: after_plateau(update) + (0.002 if update == 1000 else 0.0)  # another machine's sums
     monkeypatch.setattr(bible_study, "average_and_score", FakeScoring())
     result = bible_extend.extend(PRE, 3000, data, args, anew=True)
@@ -172,8 +186,7 @@ def test_a_run_trained_anew_and_killed_half_way_resumes_from_its_own_checkpoints
     tmp_path, monkeypatch
 ):
     trainer, args, data = finished_cell(tmp_path, monkeypatch)
-    for folder in (tmp_path / "w" / "runs").iterdir():
-        shutil.rmtree(folder)
+    shutil.rmtree(tmp_path / "w" / "runs")
     trained = len(trainer.targets)
     trainer.kill_at = 1100
     with pytest.raises(Exception, match="killed"):

@@ -2,7 +2,10 @@
 validation interval at a time until the plateau, the cap or a divergence, resuming, reusing finished records, and
 the report. fairseq-train is replaced by a stand-in that writes fairseq's JSON log lines."""
 
+import contextlib
 import json
+import subprocess
+import sys
 import threading
 from argparse import Namespace
 
@@ -478,6 +481,51 @@ def test_the_zoomed_curves_show_the_second_half_of_the_longest_run_unless_told()
     assert bible_report.zoom_start(runs, settings) == 11250  # half of 22,750, on a validation (every 250)
     assert bible_report.zoom_start(runs, {**settings, "zoom_from": 5000}) == 5000
     assert bible_report.zoom_start([], settings) == 250
+
+
+@contextlib.contextmanager
+def held_elsewhere(save_dir, who="bible_study"):
+    """``training_lock(save_dir)`` held by another process (another invocation on the same ``--work``) until the
+    block ends, which SIGKILLs it: no cleanup runs there. Yields its pid."""
+    code = (
+        "import pathlib, time\nfrom fairseq_residual_tools.analysis.bible_study import training_lock\n"
+        f"with training_lock(pathlib.Path({str(save_dir)!r}), {who!r}):\n    print('held', flush=True)\n"
+        "    time.sleep(600)"
+    )
+    holder = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline() == "held\n"
+        yield holder.pid
+    finally:
+        holder.kill()
+        holder.wait()
+
+
+def test_a_run_another_invocation_is_training_is_left_to_it_and_the_rest_of_the_plan_trains(
+    tmp_path, monkeypatch, capsys
+):
+    trainer = FakeTrainer(plateau_curve)
+    monkeypatch.setattr(bible_study, "run_training", trainer)
+    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring())
+    monkeypatch.setattr(bible_study, "prepare_data", fake_data)
+    monkeypatch.setattr(bible_study, "model_fingerprint", lambda train_args: "fp")
+    argv = ["--work", str(tmp_path / "w"), "--out", str(tmp_path / "o"), "--plateau-min-updates", "1000"]
+    argv += ["--schemes", "pre", "residual", "--nowarmup-schemes", "--depths", "6", "--seeds", "1", "--jobs", "1"]
+    pre = RunSpec("pre", 6, True, 1)
+    save_dir = (
+        tmp_path / "w" / "runs" / f"{pre.name}-{bible_study.run_key(pre, bible_study.parse_args(argv), 'd' * 64, 'fp')}"
+    )
+    with held_elsewhere(save_dir) as pid:
+        results = bible_study.main(argv)
+        out = capsys.readouterr().out
+        assert [r["name"] for r in results] == ["residual-e6d6-warmup-seed1"] and len(trainer.targets) == 10
+        assert f"[busy] {save_dir} is being trained by bible_study pid {pid} on " in out
+        assert "1 run(s) left to the process training them: pre-e6d6-warmup-seed1" in out
+        assert "without a verdict" not in out  # not a crash: nothing to retry while the other process trains it
+        assert not save_dir.exists()  # this invocation wrote nothing where the other one trains
+    results = bible_study.main(argv)  # the other process gone (killed): the same command trains the run
+    assert [r["name"] for r in results] == ["pre-e6d6-warmup-seed1", "residual-e6d6-warmup-seed1"]
+    assert len(trainer.targets) == 20 and "[busy]" not in capsys.readouterr().out
 
 
 def test_the_progress_line_counts_ended_runs_and_names_each_ones_place_in_the_plan(tmp_path, monkeypatch, capsys):
