@@ -300,6 +300,7 @@ def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[D
     if cut_text(meta):
         plan += f"\n\n{cut_text(meta)}"
     if not results:
+        write_json(out / "results.json", {**meta, "runs": []})  # the plan, which a few of its runs trained alone keep
         write_text(
             out / "README.md",
             "# The Bible study: no run has finished yet\n\n"

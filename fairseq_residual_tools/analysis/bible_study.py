@@ -49,6 +49,7 @@ from .study import RunSpec, print_validation, run_in_pool
 from .variants import check_variants, variant_flags
 
 DEFAULT_OUT = ROOT / "results" / "bible-study"
+MODULE = "fairseq_residual_tools.analysis.bible_study"
 
 
 def plan(args) -> List[RunSpec]:
@@ -409,6 +410,39 @@ def cut_plan(specs: List[RunSpec], data: Dict, args) -> Tuple[List[RunSpec], Dic
     return kept, {"after": args.cut_after, "runs": left, "reason": args.cut_reason}
 
 
+#: what picks a plan's runs, how many train at once and how the curves are zoomed; every other setting is in the
+#: runs' keys or their report
+SELECTION = (
+    "schemes",
+    "nowarmup_schemes",
+    "depths",
+    "seeds",
+    "seeds_at",
+    "cut_after",
+    "cut_reason",
+    "jobs",
+    "zoom_from",
+)
+
+
+def reported_plan(args, specs: Sequence[RunSpec], command: str) -> Tuple[argparse.Namespace, str]:
+    """The plan the report in ``--out`` describes, and the command that trains it: this invocation's, or, where
+    ``--out`` holds the report (results.json) of a larger plan with the same other settings, of which this invocation
+    trains some runs, that plan: training a few of a study's runs on their own leaves its report whole."""
+    stored = Path(args.out) / "results.json"
+    if not stored.is_file():
+        return args, command
+    meta = json.loads(stored.read_text(encoding="utf-8"))
+    settings = meta["settings"]
+    ours = json.loads(json.dumps({k: v for k, v in vars(args).items() if k not in ("work", "out", "report_only")}))
+    if any(ours.get(k) != settings.get(k) for k in set(ours) | set(settings) if k not in SELECTION):
+        return args, command
+    larger = argparse.Namespace(**{**vars(args), **{k: settings[k] for k in SELECTION if k in settings}})
+    if set(specs) < set(plan(larger)):
+        return larger, meta["command"]
+    return args, command
+
+
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
@@ -419,33 +453,43 @@ def main(argv=None):
     started = time.time()
     data = prepare_data(args)
     specs = plan(args)
+    invoked = " ".join(
+        [f"nice -n 5 .venv/bin/python -m {MODULE}", *(shlex.quote(a) for a in argv if a != "--report-only")]
+    )
+    shown, command = reported_plan(args, specs, invoked)
+    shown_specs = plan(shown)  # specs, or a larger plan holding them
     data["fingerprints"] = {
         spec: model_fingerprint(training_args(data["databin"], Path(args.work) / "fingerprint", spec, args, 0))
-        for spec in specs
+        for spec in shown_specs
     }
     trained, cut = cut_plan(specs, data, args)
-    command = [a for a in argv if a != "--report-only"]
+    shown_trained, shown_cut = cut_plan(shown_specs, data, shown)
     meta = dict(
-        command=" ".join(
-            ["nice -n 5 .venv/bin/python -m fairseq_residual_tools.analysis.bible_study", *map(shlex.quote, command)]
-        ),
-        settings={k: v for k, v in vars(args).items() if k not in ("work", "out", "report_only")},
+        command=command,
+        settings={k: v for k, v in vars(shown).items() if k not in ("work", "out", "report_only")},
         data={k: data["summary"][k] for k in ("pairs", "verses", "modules", "data_bin_sha256")},
-        planned=[s.name for s in specs],
-        cut=cut,
+        planned=[s.name for s in shown_specs],
+        cut=shown_cut,
     )
 
     def report():
-        results = finished(specs, data, args)
+        results = finished(shown_specs, data, shown)
         backfill_test_outputs(results, args)
-        write_report(results, {**meta, "provenance": provenance()}, Path(args.out), under_way(trained, data, args))
+        running = under_way(shown_trained, data, shown)
+        write_report(results, {**meta, "provenance": provenance()}, Path(args.out), running)
         if results and Path(args.out).resolve() == DEFAULT_OUT.resolve():
             publish({**meta, "provenance": provenance(), "runs": results}, PAGES)
         return results
 
+    if shown is not args:
+        print(
+            f"the report in {args.out} stays that of its plan of {len(shown_specs)} runs ({command}), which holds these"
+        )
     if args.report_only:
         results = report()
-        print(f"{len(results)} of the {len(specs)} planned runs have finished; report rewritten from their records")
+        print(
+            f"{len(results)} of the {len(shown_specs)} planned runs have finished; report rewritten from their records"
+        )
     else:
         print(f"{len(specs)} runs planned: {', '.join(s.name for s in specs)}", flush=True)
         if cut:

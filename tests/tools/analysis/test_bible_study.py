@@ -483,6 +483,41 @@ def test_the_zoomed_curves_show_the_second_half_of_the_longest_run_unless_told()
     assert bible_report.zoom_start([], settings) == 250
 
 
+def test_a_few_runs_of_a_study_trained_on_their_own_leave_its_report_whole_and_other_settings_make_their_own(
+    tmp_path, monkeypatch, capsys
+):
+    monkeypatch.setattr(bible_study, "run_training", FakeTrainer(plateau_curve))
+    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring())
+    monkeypatch.setattr(bible_study, "prepare_data", fake_data)
+    monkeypatch.setattr(bible_study, "model_fingerprint", lambda train_args: "fp")
+    out = tmp_path / "o"
+    base = ["--work", str(tmp_path / "w"), "--out", str(out), "--plateau-min-updates", "1000"]
+    study = [*base, "--schemes", "pre", "residual", "--nowarmup-schemes", "pre", "residual", "--depths", "6"]
+    study += ["--seeds", "1", "2"]  # 4 runs with warmup, 4 without
+
+    def published():
+        return json.loads((out / "results.json").read_text())
+
+    bible_study.main([*study, "--report-only"])
+    assert len(published()["planned"]) == 8 and published()["runs"] == []
+    one = [*base, "--schemes", "residual", "--nowarmup-schemes", "--depths", "6", "--seeds", "2", "--jobs", "1"]
+    assert [r["name"] for r in bible_study.main(one)] == ["residual-e6d6-warmup-seed2"]
+    assert "the report in " in capsys.readouterr().out
+    report = published()
+    assert len(report["planned"]) == 8
+    assert report["command"].endswith("--seeds 1 2") and report["settings"]["schemes"] == ["pre", "residual"]
+    assert [r["name"] for r in report["runs"]] == ["residual-e6d6-warmup-seed2"]
+    assert "**1 of the 8 planned runs have finished**" in (out / "README.md").read_text()
+    bible_study.main([*one, "--report-only"])  # so does a report-only of the few
+    assert len(published()["planned"]) == 8 and len(published()["runs"]) == 1
+    assert "the report in " in capsys.readouterr().out
+
+    other = [*one, "--lr", "1e-3"]  # another recipe: another plan, its own report
+    bible_study.main(other)
+    assert published()["planned"] == ["residual-e6d6-warmup-seed2"] and published()["settings"]["lr"] == 1e-3
+    assert "the report in " not in capsys.readouterr().out
+
+
 @contextlib.contextmanager
 def held_elsewhere(save_dir, who="bible_study"):
     """``training_lock(save_dir)`` held by another process (another invocation on the same ``--work``) until the
