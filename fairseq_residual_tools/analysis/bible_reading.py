@@ -3,7 +3,8 @@ depth, warmup and seed, who ends best, whether ResiDual's early gap to Pre-LN cl
 ``--residual-output-scale 0.5`` moves ResiDual's end point, where the designs after ResiDual (``hc``, ``siamese``,
 ``attn-res``) end against it, and who failed by the rule; for each depth and warmup
 trained at several seeds, each scheme's spread and whether the order holds; for each depth and seed, what training
-without warmup does to each scheme against its run with warmup (the paper's ablation).
+without warmup does to each scheme against its run with warmup (the paper's ablation); for each deeper depth, warmup
+and seed, each scheme against itself at the shallower depth (who fails only at depth: the paper's E12D12 column).
 
 The early gap is the difference of validation losses at update ``EARLY``; the end gap the difference of each run's
 best validation loss (where the plateau rule ended it):
@@ -53,6 +54,13 @@ def with_warmup(cold: Dict, runs: Sequence[Dict]) -> Optional[Dict]:
     """The run of ``runs`` that is ``cold``'s scheme, depth and seed with warmup (None while there is none)."""
     same = (cold["scheme"], cold["layers"], cold["seed"], True)
     return next((r for r in runs if (r["scheme"], r["layers"], r["seed"], r["warmup"]) == same), None)
+
+
+def shallower(deep: Dict, runs: Sequence[Dict]) -> Optional[Dict]:
+    """The run of ``runs`` that is ``deep``'s scheme, warmup and seed at the nearest depth below its (None: none)."""
+    same = (deep["scheme"], deep["warmup"], deep["seed"])
+    below = [r for r in runs if (r["scheme"], r["warmup"], r["seed"]) == same and r["layers"] < deep["layers"]]
+    return max(below, key=lambda r: r["layers"], default=None)
 
 
 def bleu_difference(compared: Optional[Dict]) -> str:
@@ -174,19 +182,29 @@ def seeds_reading(results: Sequence[Dict], compared: Sequence[Dict]) -> List[str
     return paragraphs
 
 
-def without_warmup(warm: Dict, cold: Dict, compared: Optional[Dict]) -> str:
-    """One scheme with warmup (``warm``) against itself without (``cold``); ``compared``: their test, if made."""
-    who = name(warm["scheme"])
-    if warm["fails"] and cold["fails"]:
-        return f"{who} fails with warmup ({warm['fails']}) and without it ({cold['fails']})"
-    if cold["fails"]:
-        return f"{who} fails without warmup ({cold['fails']}), not with it (BLEU {warm['bleu']:.2f})"
-    if warm["fails"]:
-        return f"{who} fails with warmup ({warm['fails']}), not without it (BLEU {cold['bleu']:.2f})"
+#: how ``two_runs`` names each run: (first, second, first again, second again, second beside a number)
+WARMUP_LABELS = ("with warmup", "without warmup", "with it", "without it", "without")
+
+
+def depth_labels(shallow: Dict, deep: Dict):
+    at = [f"at E{r['layers']}D{r['layers']}" for r in (shallow, deep)]
+    return (at[0], at[1], at[0], at[1], at[1])
+
+
+def two_runs(first: Dict, second: Dict, labels, compared: Optional[Dict]) -> str:
+    """One scheme's run ``first`` against its run ``second`` under another setting (``labels``, as
+    ``WARMUP_LABELS``); ``compared``: their test, if made."""
+    who, (one, two, one_again, two_again, two_short) = name(first["scheme"]), labels
+    if first["fails"] and second["fails"]:
+        return f"{who} fails {one} ({first['fails']}) and {two_again} ({second['fails']})"
+    if second["fails"]:
+        return f"{who} fails {two} ({second['fails']}), not {one_again} (BLEU {first['bleu']:.2f})"
+    if first["fails"]:
+        return f"{who} fails {one} ({first['fails']}), not {two_again} (BLEU {second['bleu']:.2f})"
     return (
-        f"{who} BLEU {warm['bleu']:.2f} with warmup, {cold['bleu']:.2f} without, best validation loss "
-        f"{warm['best_valid_loss']:.3f} and {cold['best_valid_loss']:.3f}, ended at update {warm['end_update']:,} and "
-        f"{cold['end_update']:,}: {bleu_difference(compared)}"
+        f"{who} BLEU {first['bleu']:.2f} {one}, {second['bleu']:.2f} {two_short}, best validation loss "
+        f"{first['best_valid_loss']:.3f} and {second['best_valid_loss']:.3f}, ended at update "
+        f"{first['end_update']:,} and {second['end_update']:,}: {bleu_difference(compared)}"
     )
 
 
@@ -201,7 +219,7 @@ def warmup_reading(results: Sequence[Dict], compared: Sequence[Dict]) -> List[st
                 continue
             scheme = cold["scheme"]
             where = dict(layers=layers, warmup=False, seed=seed, scheme=scheme, against=scheme, against_warmup=True)
-            said.append(without_warmup(warm, cold, next(iter(tests_where(compared, **where)), None)))
+            said.append(two_runs(warm, cold, WARMUP_LABELS, next(iter(tests_where(compared, **where)), None)))
         if said:
             paragraphs.append(
                 f"**Without warmup against with it, E{layers}D{layers}, seed {seed}**: {'; '.join(said)}."
@@ -209,15 +227,36 @@ def warmup_reading(results: Sequence[Dict], compared: Sequence[Dict]) -> List[st
     return paragraphs
 
 
+def depth_reading(results: Sequence[Dict], compared: Sequence[Dict]) -> List[str]:
+    """For each deeper depth, warmup and seed: each of its runs against its scheme at the nearest depth below
+    (``shallower``), where that has finished too: who fails only at depth, and what depth does to the others."""
+    paragraphs = []
+    for layers, warmup, seed in dict.fromkeys((r["layers"], r["warmup"], r["seed"]) for r in results):
+        said, below = [], set()
+        for deep in (r for r in results if (r["layers"], r["warmup"], r["seed"]) == (layers, warmup, seed)):
+            shallow = shallower(deep, results)
+            if shallow is None:
+                continue
+            below.add(shallow["layers"])
+            where = dict(layers=layers, warmup=warmup, seed=seed, scheme=deep["scheme"], against=deep["scheme"])
+            test = next(iter(tests_where(compared, against_layers=shallow["layers"], **where)), None)
+            said.append(two_runs(shallow, deep, depth_labels(shallow, deep), test))
+        if said:
+            than = " and ".join(f"E{n}D{n}" for n in sorted(below))
+            head = f"E{layers}D{layers} against {than}, {'with' if warmup else 'without'} warmup, seed {seed}"
+            paragraphs.append(f"**{head}**: {'; '.join(said)}.")
+    return paragraphs
+
+
 def reading(results: Sequence[Dict], compared: Sequence[Dict]) -> str:
     """Every cell's lines, in the order its first run appears in ``results``, then the spread over seeds
-    (``seeds_reading``) and what training without warmup did (``warmup_reading``); ``compared``: ``comparisons``'
-    rows."""
+    (``seeds_reading``), what training without warmup did (``warmup_reading``) and what depth did
+    (``depth_reading``); ``compared``: ``comparisons``' rows."""
     cells = dict.fromkeys((r["layers"], r["warmup"], r["seed"]) for r in results)
     parts = []
     for cell in cells:
         runs = [r for r in results if (r["layers"], r["warmup"], r["seed"]) == cell]
         tests = [c for c in compared if (c["layers"], c["warmup"], c["seed"]) == cell]
         parts.append(" ".join(cell_reading(runs, tests)))
-    parts += seeds_reading(results, compared) + warmup_reading(results, compared)
+    parts += seeds_reading(results, compared) + warmup_reading(results, compared) + depth_reading(results, compared)
     return "\n\n".join(parts) if parts else "No run has finished yet."

@@ -10,7 +10,7 @@ from ..files import write_json, write_text
 from ..markdown import table, write_block
 from ..provenance import ROOT, describe
 from ..training_log import RULE as FAILS_RULE
-from .bible_reading import AFTER_RESIDUAL, with_warmup
+from .bible_reading import AFTER_RESIDUAL, shallower, with_warmup
 from .bible_reading import reading as computed_reading
 from .plateau import Plateau, best_until
 from .significance import RESAMPLES, paired_bootstrap
@@ -181,11 +181,12 @@ def baselines(scheme: str) -> Sequence[str]:
 
 def comparisons(results: List[Dict], runs: Path) -> Tuple[List[Dict], str]:
     """Each scored run against its ``baselines`` of the same depth, warmup and seed, a cell's best run by BLEU
-    against its second where no baseline pairs them, and each run without warmup against its scheme with warmup of
-    the same depth and seed (the paper's ablation): sacreBLEU's paired bootstrap on their test translations
-    (``significance``). Rows: the cell, scheme, against (``against_warmup``: the warmup of the run it is tested
-    against), both sacreBLEUs, difference, interval and p; and the test's signature ("" where nothing was
-    compared)."""
+    against its second where no baseline pairs them, each run without warmup against its scheme with warmup of
+    the same depth and seed (the paper's ablation), and each run at a deeper depth against its scheme at the nearest
+    depth below, of the same warmup and seed: sacreBLEU's paired bootstrap on their test translations
+    (``significance``). Rows: the cell, scheme, against (``against_warmup``, ``against_layers`` where it is another
+    depth: the run it is tested against), both sacreBLEUs, difference, interval and p; and the test's signature (""
+    where nothing was compared)."""
     if not (runs / REFERENCES).is_file():
         return [], ""
     references = (runs / REFERENCES).read_text(encoding="utf-8").splitlines()
@@ -217,6 +218,16 @@ def comparisons(results: List[Dict], runs: Path) -> Tuple[List[Dict], str]:
             )
             where = dict(layers=cold["layers"], warmup=False, seed=cold["seed"], scheme=scheme, against=scheme)
             rows.append({**where, "against_warmup": True, "against_sacrebleu": base_score, **compared[scheme]})
+    for deep in scored:
+        shallow = shallower(deep, scored)
+        if shallow is not None:
+            scheme = deep["scheme"]
+            base_score, compared, signature = paired_bootstrap(
+                translations(shallow), {scheme: translations(deep)}, references
+            )
+            where = dict(layers=deep["layers"], warmup=deep["warmup"], seed=deep["seed"], scheme=scheme, against=scheme)
+            where.update(against_warmup=deep["warmup"], against_layers=shallow["layers"])
+            rows.append({**where, "against_sacrebleu": base_score, **compared[scheme]})
     return rows, signature
 
 
@@ -229,6 +240,8 @@ def significance_table(compared: List[Dict], signature: str) -> str:
         p = "-" if c["p"] is None else f"{c['p']:.3f}"
         rows.append([f"E{c['layers']}D{c['layers']}", "yes" if c["warmup"] else "no", c["seed"], c["scheme"]])
         against = c["against"] + (" with warmup" if c["against_warmup"] and not c["warmup"] else "")
+        below = c.get("against_layers", c["layers"])
+        against += f" at E{below}D{below}" if below != c["layers"] else ""
         rows[-1] += [against, f"{c['against_sacrebleu']:.2f}", f"{c['sacrebleu']:.2f}", f"{c['delta']:+.2f}"]
         rows[-1] += [f"± {c['ci95']:.2f}", p]
     headers = ["depth", "warmup", "seed", "scheme", "against", "against: sacreBLEU", "sacreBLEU", "difference"]
@@ -360,10 +373,11 @@ Signature: `{signature}`.
 sacreBLEU's paired bootstrap (`--paired-bs`: {RESAMPLES:,} resamples of the {data["pairs"]["test"]:,} test verses, the
 same draws for both runs) of each run against Pre-LN of the same depth, warmup and seed, of ResiDual's options and
 the designs that came after it (`hc`, `siamese`, `attn-res`) also against ResiDual, of a cell's best run
-against its second where neither is the other's baseline, and of each run without warmup against its scheme with
-warmup of the same depth and seed ("with warmup"). "p": how often a difference at least as large arises
-from the resampling alone; the interval is the run's BLEU over the resamples. A difference with p above 0.05 is one
-this test set cannot tell from noise; one seed says nothing of the spread over seeds.
+against its second where neither is the other's baseline, of each run without warmup against its scheme with
+warmup of the same depth and seed ("with warmup"), and of each run at a deeper depth against its scheme at the
+nearest depth below, of the same warmup and seed (e.g. "pre at E6D6"). "p": how often a difference at least as
+large arises from the resampling alone; the interval is the run's BLEU over the resamples. A difference with p
+above 0.05 is one this test set cannot tell from noise; one seed says nothing of the spread over seeds.
 
 {significance_table(compared, test_signature)}
 

@@ -5,10 +5,10 @@ them)."""
 from fairseq_residual_tools.analysis import bible_reading, bible_report
 
 
-def run(scheme, at_1000, best, bleu, end=6000, fails=None, seed=1, warmup=True):
+def run(scheme, at_1000, best, bleu, end=6000, fails=None, seed=1, warmup=True, layers=6):
     curve = [[500, at_1000 + 1.0], [1000, at_1000], [end, best]]
-    named = f"{scheme}-e6d6-{'warmup' if warmup else 'nowarmup'}-seed{seed}"
-    where = dict(scheme=scheme, layers=6, warmup=warmup, seed=seed, name=named, key="k")
+    named = f"{scheme}-e{layers}d{layers}-{'warmup' if warmup else 'nowarmup'}-seed{seed}"
+    where = dict(scheme=scheme, layers=layers, warmup=warmup, seed=seed, name=named, key="k")
     return dict(where, valid_curve=curve, best_valid_loss=best, end_update=end, bleu=bleu, fails=fails)
 
 
@@ -213,3 +213,47 @@ def test_over_seeds_the_reading_gives_each_schemes_spread_whether_the_order_hold
     runs[3].update(bleu=None, fails="a plateau")
     failed = [p for p in bible_reading.reading(runs, []).split("\n\n") if p.startswith("**Over seeds")][0]
     assert "Post-LN 33.79 (1/2 fail), Pre-LN" in failed and "the same at every seed: ResiDual, Pre-LN." in failed
+
+
+def test_each_deeper_run_is_tested_against_its_scheme_at_the_depth_below_and_the_reading_says_who_fails_only_there(
+    tmp_path,
+):
+    references = ["the lord is my shepherd ; i shall not want .", "in the beginning was the word .", "jesus wept ."]
+    worse = ["the lord is a shepherd .", "in the start was the word .", "jesus cried ."]
+    runs = [
+        run("post", 6.5, 4.45, 33.79, end=8500),
+        run("pre", 6.0, 4.56, 20.0),
+        run("residual", 6.2, 4.48, 100.0, end=8750),
+        run("post", 9.0, 8.9, None, fails="no progress", layers=12),  # fails only at depth: not decoded, not tested
+        run("pre", 6.1, 4.50, 100.0, end=7000, layers=12),
+        run("residual", 6.3, 4.47, 100.0, end=9000, layers=12),
+        run("hc", 6.0, 4.40, 100.0, layers=12),  # no hc at E6D6 yet: nothing to test it against
+    ]
+    (tmp_path / bible_report.REFERENCES).write_text("\n".join(references) + "\n")
+    for r in runs:
+        if not r["fails"]:
+            bible_report.hypotheses_file(tmp_path, r).write_text(
+                "\n".join(worse if r["bleu"] < 50 else references) + "\n"
+            )
+    rows, _ = bible_report.comparisons(runs, tmp_path)
+    deeper = [(c["scheme"], c["layers"], c["against_layers"]) for c in rows if "against_layers" in c]
+    assert deeper == [("pre", 12, 6), ("residual", 12, 6)]
+    pre = next(c for c in rows if c.get("against_layers") and c["scheme"] == "pre")
+    assert (pre["against"], pre["against_warmup"], pre["sacrebleu"]) == ("pre", True, 100.0)
+    assert pre["against_sacrebleu"] < 50 and pre["delta"] > 50  # against Pre-LN's worse translations at E6D6
+    table = bible_report.significance_table(rows, "s")
+    cells = [[cell.strip() for cell in line.split("|")[1:6]] for line in table.splitlines()]
+    assert ["E12D12", "yes", "1", "pre", "pre at E6D6"] in cells
+
+    paragraph = bible_reading.reading(runs, rows).split("\n\n")[-1]
+    assert paragraph.startswith(
+        "**E12D12 against E6D6, with warmup, seed 1**: Post-LN fails at E12D12 (no progress), not at E6D6 "
+        "(BLEU 33.79); Pre-LN BLEU 20.00 at E6D6, 100.00 at E12D12, best validation loss 4.560 and 4.500, ended "
+        f"at update 6,000 and 7,000: sacreBLEU +{pre['delta']:.2f} (p = {pre['p']:.3f}: told apart); ResiDual"
+    )
+    assert paragraph.endswith(
+        "; ResiDual BLEU 100.00 at E6D6, 100.00 at E12D12, best validation loss 4.480 and 4.470, ended at update "
+        "8,750 and 9,000: the same sacreBLEU."
+    )
+    assert "HC" not in paragraph
+    assert "against E6D6" not in bible_reading.reading(runs[:3], [])  # one depth: no such paragraph
