@@ -91,8 +91,8 @@ def plot_curves(runs: Sequence[Dict], path: Path, title: str, zoom_from: Optiona
 
 def cell_table(results: List[Dict], key: str, digits: int) -> str:
     """Rows: scheme x warmup with a run (the paper's ablation layout); columns: depths; mean ± half-range over
-    seeds."""
-    return ablation_table(results, key, digits, first="scheme", only_run=True)
+    seeds. A cell of the plan whose runs are under way, not started or cut reads "not finished"."""
+    return ablation_table(results, key, digits, first="scheme", only_run=True, empty="not finished")
 
 
 def paper_table() -> str:

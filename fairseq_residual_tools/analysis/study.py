@@ -131,10 +131,11 @@ def check_recorded_runs(specs: Sequence[RunSpec], data, settings, runs_dir: Path
             )
 
 
-def format_cell(runs: List[Dict], key: str, digits: int) -> str:
-    """``mean ± half-range`` over the seeds that trained (one seed: its value); ``fails`` when every seed failed."""
+def format_cell(runs: List[Dict], key: str, digits: int, empty: str = "not run") -> str:
+    """``mean ± half-range`` over the seeds that trained (one seed: its value); ``fails`` when every seed failed;
+    ``empty`` without a run."""
     if not runs:
-        return "not run"
+        return empty
     ok = [r[key] for r in runs if not r["fails"] and r[key] is not None]
     failed = sum(1 for r in runs if r["fails"])
     if not ok:
@@ -178,16 +179,18 @@ def _label(value) -> str:
     return ("yes" if value else "no") if isinstance(value, bool) else str(value)
 
 
-def ablation_table(results: List[Dict], key: str, digits: int, first: str = "method", only_run: bool = False) -> str:
+def ablation_table(
+    results: List[Dict], key: str, digits: int, first: str = "method", only_run: bool = False, empty: str = "not run"
+) -> str:
     """The paper's warmup-ablation layout: rows scheme x warmup (``only_run``: those with a run), one column per
-    depth; ``first``: the first column's header."""
+    depth; ``first``: the first column's header; ``empty``: a cell without a run."""
     depths = sorted({r["layers"] for r in results})
     rows = []
     for scheme in dict.fromkeys(r["scheme"] for r in results):
         for warmup in (True, False):
             runs = [r for r in results if (r["scheme"], r["warmup"]) == (scheme, warmup)]
             if runs or not only_run:
-                cells = [format_cell([r for r in runs if r["layers"] == d], key, digits) for d in depths]
+                cells = [format_cell([r for r in runs if r["layers"] == d], key, digits, empty) for d in depths]
                 rows.append([scheme, "yes" if warmup else "no", *cells])
     return table([first, "warmup"] + [f"E{d}D{d}" for d in depths], rows)
 

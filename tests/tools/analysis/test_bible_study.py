@@ -584,3 +584,12 @@ def test_the_progress_line_counts_ended_runs_and_names_each_ones_place_in_the_pl
         "run 2 residual-e6d6-warmup-seed1",
         "run 3 post-e6d6-warmup-seed1",
     ]
+
+
+def test_the_bleu_table_reads_not_finished_where_a_depth_has_no_finished_run_of_a_scheme_yet():
+    def record(scheme, layers, bleu, fails=None):
+        return dict(scheme=scheme, layers=layers, warmup=True, seed=1, bleu=bleu, fails=fails)
+
+    finished_so_far = [record("post", 6, 33.79), record("pre", 6, 32.45), record("post", 12, None, "no progress")]
+    rows = table_rows(bible_report.cell_table(finished_so_far, "bleu", 2))
+    assert rows[1:] == [["post", "yes", "33.79", "fails (1/1)"], ["pre", "yes", "32.45", "not finished"]]
