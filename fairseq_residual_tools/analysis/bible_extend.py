@@ -12,6 +12,9 @@ paired bootstrap. The record and translations go to ``OUT``/extended/ with a REA
 and compared with the runs of its cell that finished since it was made.
 The remaining options are the study's (``bible_study``), so the run is the study's run under the same settings.
 
+A run the rule failed without diverging (no progress, stuck on a plateau: Post-LN at depth) is trained on the same
+way, to see whether more updates get it out; it is scored if the rule no longer fails it.
+
 Where the run's checkpoints are gone with the machine that trained them, ``--anew`` trains it again from update 0
 under the same settings (the record's key) and says whether its validation curve up to the record's end is the
 record's: the same run, or another one of the same recipe and seed.
@@ -66,13 +69,14 @@ def cell(spec: RunSpec, args) -> List[RunSpec]:
 
 
 def finished_run(spec: RunSpec, data: Dict, args) -> Dict:
-    """The study's record of the planned run ``spec``, which must have finished and not failed."""
+    """The study's record of the planned run ``spec``, which must have finished without diverging: one that failed
+    by the rule's other tests (no progress, stuck on a plateau) is trained on to see whether time gets it out."""
     name = spec.name
     record = bible_study.current_record(bible_study.record_file(spec, data, args), args)
     if record is None:
         raise ConfigError(f"--run {name}: it has not finished under these settings; train it with bible_study first")
-    if record["fails"]:
-        raise ConfigError(f"--run {name}: it failed by the rule ({record['fails']}); there is nothing to train on")
+    if bible_study.diverged(record["fails"]):
+        raise ConfigError(f"--run {name}: it diverged ({record['fails']}); no later update undoes that")
     return record
 
 
@@ -104,8 +108,10 @@ def copy_run(source: Path, dest: Path) -> None:
 
 
 def compare(extended: Dict, out: Path, others: Sequence[Dict], runs: Path) -> List[Dict]:
-    """Each run of ``others`` (the cell's finished runs, the extended one at its plateau among them) tested against
-    the extension: its sacreBLEU, difference (other minus extension), 95 % interval and p."""
+    """Each scored run of ``others`` (the cell's finished runs, the extended one at its plateau among them; a failed
+    run has no translations) tested against the extension: its sacreBLEU, difference (other minus extension), 95 %
+    interval and p."""
+    others = [r for r in others if r["bleu"] is not None]
     references = (out / REFERENCES).read_text(encoding="utf-8").splitlines()
     systems: Dict[str, Sequence[str]] = {
         run_id(r): hypotheses_file(runs, r).read_text(encoding="utf-8").splitlines() for r in others
@@ -150,16 +156,13 @@ def extend(spec: RunSpec, to: int, data: Dict, args, anew: bool = False) -> Dict
     stem = run_id({"name": f"{name}-to-{to}", "key": record["key"]})  # its record's and translations' stem
     done = out / f"{stem}.json"
     if done.exists():
-        result = json.loads(done.read_text(encoding="utf-8"))
-        since = compare_again(result, done, spec, data, args)
-        said = f"compared with {', '.join(since)}, finished since" if since else "nothing to do"
-        print(f"{name} was trained on to update {to} before: {done} ({said})")
-        write_readme(out)
-        return result
+        return made_before(done, spec, to, data, args)
     save_dir, source = Path(args.work) / EXTENDED / stem, Path(args.work) / "runs" / run_id(record)
     if not save_dir.exists():
         check_source(source, anew, to)
     with bible_study.training_lock(save_dir, "bible_extend"):  # a second extension of it refuses in one line
+        if done.exists():  # again, locked: another extension may have ended it meanwhile
+            return made_before(done, spec, to, data, args)
         if not save_dir.exists():
             copy_run(source, save_dir)
         # no plateau stop (a fall below 0 never happens), the cap at ``to``
@@ -167,7 +170,7 @@ def extend(spec: RunSpec, to: int, data: Dict, args, anew: bool = False) -> Dict
         git = describe_git(git_state())
         stop = bible_study.train_to_end(spec, data["databin"], save_dir, on, f"{name} to {to}")
         result = dict(asdict(spec), name=f"{name}-to-{to}", key=record["key"], extends=run_id(record))
-        result.update(from_update=record["end_update"], to_update=to, git=git)
+        result.update(from_update=record["end_update"], to_update=to, source_fails=record["fails"], git=git)
         result.update(stop=stop["stop"] if "diverged" in stop["stop"] else f"trained on to update {to}")
         result.update(end_update=stop["end_update"], **outcome(save_dir / "train.out"))
         result.update(best_valid_loss=min((loss for _, loss in result["valid_curve"]), default=None))
@@ -185,6 +188,16 @@ def extend(spec: RunSpec, to: int, data: Dict, args, anew: bool = False) -> Dict
         return result
 
 
+def made_before(done: Path, spec: RunSpec, to: int, data: Dict, args) -> Dict:
+    """The extension's record ``done``, compared with its cell's runs finished since (``compare_again``)."""
+    result = json.loads(done.read_text(encoding="utf-8"))
+    since = compare_again(result, done, spec, data, args)
+    said = f"compared with {', '.join(since)}, finished since" if since else "nothing to do"
+    print(f"{spec.name} was trained on to update {to} before: {done} ({said})")
+    write_readme(done.parent)
+    return result
+
+
 def write_readme(out: Path) -> None:
     """``OUT``/extended/README.md: every extension's end and comparisons, from its record."""
     parts = [
@@ -193,11 +206,14 @@ def write_readme(out: Path) -> None:
         "another run of its cell ended), then averaged and scored as the study does (`bible_extend`). Not a run of",
         "the plan: its table keeps each run where the plateau rule ended it. Differences are other run minus the",
         "extension (sacreBLEU's paired bootstrap on the test set). Where the run's checkpoints were gone, it was",
-        "trained again from update 0 (`--anew`), and its section says whether that is the same run.\n",
+        "trained again from update 0 (`--anew`), and its section says whether that is the same run. A run that",
+        "failed by the rule without diverging (no progress, stuck on a plateau) is trained on the same way, to see",
+        "whether more updates get it out; it is scored only if the rule no longer fails it.\n",
     ]
     for path in sorted(out.glob("*.json")):
         r = json.loads(path.read_text(encoding="utf-8"))
         at_plateau = best_until(r["valid_curve"], r["from_update"])
+        where = f"where the rule failed it ({r['source_fails']})" if r.get("source_fails") else "at its plateau"
         parts.append(f"## {r['name']}\n")
         parts.append(
             (
@@ -207,8 +223,8 @@ def write_readme(out: Path) -> None:
             )
             + (f" ({r['stop']})" if r["stop"] != f"trained on to update {r['to_update']}" else "")
             + f"; best validation loss "
-            f"{at_plateau:.3f} at its plateau, {r['best_valid_loss']:.3f} by update {r['end_update']:,}; "
-            + (f"BLEU {r['bleu']:.2f}, sacreBLEU {r['sacrebleu']:.2f}.\n" if r["bleu"] is not None else "not scored.\n")
+            f"{at_plateau:.3f} {where}, {r['best_valid_loss']:.3f} by update {r['end_update']:,}; "
+            + (f"BLEU {r['bleu']:.2f}, sacreBLEU {r['sacrebleu']:.2f}.\n" if r["bleu"] is not None else not_scored(r))
         )
         if r["compared"]:
             rows = [
@@ -221,6 +237,12 @@ def write_readme(out: Path) -> None:
             parts.append(f"Signature: `{r['compared'][0]['signature']}`.\n")
         parts.append(f"Command: `{command_of(r)}` at {r['git']}.\n")
     write_text(out / "README.md", "\n".join(parts))
+
+
+def not_scored(r: Dict) -> str:
+    if r["fails"]:
+        return f"not scored: the rule still fails it by update {r['end_update']:,} ({r['fails']}).\n"
+    return "not scored.\n"
 
 
 def anew_text(r: Dict) -> str:

@@ -269,7 +269,7 @@ def published_block(results: Dict) -> str:
 
 
 def cut_runs(meta: Dict) -> List[str]:
-    """The planned runs ``--cut-after`` left untrained (``meta["cut"]``, none when nothing was cut)."""
+    """The planned runs ``--cut-after`` or ``--cut`` left untrained (``meta["cut"]``, none when nothing was cut)."""
     return list((meta.get("cut") or {}).get("runs", []))
 
 
@@ -278,10 +278,14 @@ def cut_text(meta: Dict) -> str:
     cut = meta.get("cut") or {}
     if not cut.get("runs"):
         return ""
-    return (
-        f"**Cut: {len(cut['runs'])} runs** (the plan after its run {cut['after']}, not trained, "
-        f"`--cut-after {cut['after']}`): {cut['reason']}"
-    )
+    how, flags = [], []
+    if cut.get("after") is not None:
+        how.append(f"the plan after its run {cut['after']}")
+        flags.append(f"--cut-after {cut['after']}")
+    if cut.get("named"):
+        how.append(f"{len(cut['named'])} named")
+        flags.append(f"--cut {' '.join(cut['named'])}")
+    return f"**Cut: {len(cut['runs'])} runs** ({' and '.join(how)}, not trained, `{' '.join(flags)}`): {cut['reason']}"
 
 
 def publish(results: Dict, pages: Sequence[Path]) -> None:

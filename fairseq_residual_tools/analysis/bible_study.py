@@ -56,7 +56,8 @@ def plan(args) -> List[RunSpec]:
     """Every run, in the order they are trained: the first seed of E6D6 (the first depth) with and without warmup,
     E6D6 with warmup for the other seeds (the issue's floor: two seeds there), the first seed of the deeper depths
     with and without warmup, then the other seeds of the rest. A study cut short (``--cut-after``) so loses seeds
-    before cells, and the deeper no-warmup cells before the deeper warmup ones."""
+    before cells, and the deeper no-warmup cells before the deeper warmup ones; ``--cut`` names runs to leave out
+    anywhere in it."""
     seeds_at = dict(args.seeds_at or {})
     main = args.depths[0]
     specs = [
@@ -129,7 +130,7 @@ def judge(valid: Sequence, last_train: int, verdict: str, args) -> Optional[Dict
     ``{"stop": ..., "end_update": U}``."""
     valid = [(u, loss) for u, loss in valid if u <= args.max_update_cap]
     end = valid[-1][0] if valid else last_train
-    if verdict and ("NaN" in verdict or "exploded" in verdict):
+    if diverged(verdict):
         return {"stop": f"diverged: {verdict}", "end_update": end}
     plateaued = plateau_rule(args).reached(valid)
     if plateaued is not None:
@@ -137,6 +138,12 @@ def judge(valid: Sequence, last_train: int, verdict: str, args) -> Optional[Dict
     if end >= args.max_update_cap:
         return {"stop": f"reached --max-update-cap {args.max_update_cap} before the plateau", "end_update": end}
     return None
+
+
+def diverged(verdict: Optional[str]) -> bool:
+    """Whether the rule's ``verdict`` is a NaN or an explosion, which no later update undoes (the others, no progress
+    and stuck on a plateau, a run may leave given more updates)."""
+    return verdict is not None and ("NaN" in verdict or "exploded" in verdict)
 
 
 def stop_reason(log: TrainLog, args) -> Optional[Dict]:
@@ -338,7 +345,7 @@ def run_all(specs: List[RunSpec], data: Dict, args, started: float, report) -> L
 
 def prepare_data(args) -> Dict:
     """The Bible data-bin (``dataprep.bible``, resumable) under ``--work``, and its content's sha256."""
-    out = Path(args.work) / "data"
+    out = Path(args.work).resolve() / "data"  # one recorded --out, however --work is written: no stage redone
     argv = ["--out", str(out), "--src", args.src, "--tgt", args.tgt, "--bpe-merges", str(args.bpe_merges)]
     argv += ["--workers", "2", "--quiet"]
     bible.prepare(bible.build_parser().parse_args(argv))
@@ -385,29 +392,42 @@ def parse_args(argv=None):
         "--zoom-from", type=int, help="the zoomed curves start here (default: half the longest run, its end's part)"
     )
     p.add_argument("--cut-after", type=int, help="train the plan's first N runs only; the report names the rest as cut")
-    p.add_argument("--cut-reason", help="why the plan was cut (with --cut-after): written under the plan's table")
+    p.add_argument(
+        "--cut", nargs="+", metavar="RUN", help="planned runs not to train, by name (pre-e12d12-nowarmup-seed1 ...)"
+    )
+    p.add_argument("--cut-reason", help="why the plan was cut (--cut-after, --cut): written under the plan's table")
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the finished runs' records")
     args = p.parse_args(argv)
     if args.validate_every <= 0 or args.plateau_min_updates % args.validate_every:
         raise ConfigError("--plateau-min-updates must be a multiple of --validate-every")
-    if (args.cut_after is None) != (not args.cut_reason):
-        raise ConfigError("--cut-after and --cut-reason go together: the report says why the rest was not trained")
+    if (args.cut_after is None and not args.cut) != (not args.cut_reason):
+        raise ConfigError(
+            "--cut-after or --cut and --cut-reason go together: the report says why the rest was not trained"
+        )
     return args
 
 
 def cut_plan(specs: List[RunSpec], data: Dict, args) -> Tuple[List[RunSpec], Dict]:
-    """The runs to train under ``--cut-after N`` (the plan's first N) and ``meta["cut"]``: the later runs that have
-    not finished (a finished run stays a result), with ``--cut-reason``."""
-    if args.cut_after is None:
+    """The runs to train under ``--cut-after N`` (the plan's first N) and ``--cut RUN ...`` (all but those), and
+    ``meta["cut"]``: the runs left out that have not finished (a finished run stays a result), with
+    ``--cut-reason``."""
+    named = list(args.cut or [])
+    if args.cut_after is None and not named:
         return specs, {}
-    if not 0 < args.cut_after < len(specs):
+    if args.cut_after is not None and not 0 < args.cut_after < len(specs):
         raise ConfigError(
             f"--cut-after {args.cut_after}: the plan has {len(specs)} runs; cut after 1 to {len(specs) - 1}"
         )
-    kept, rest = specs[: args.cut_after], specs[args.cut_after :]
+    names = [s.name for s in specs]
+    unknown = [n for n in named if n not in names]
+    if unknown:
+        raise ConfigError(f"--cut {' '.join(unknown)}: not a run of the plan; its runs: {' '.join(names)}")
+    after = len(specs) if args.cut_after is None else args.cut_after
+    kept = [s for s in specs[:after] if s.name not in named]
+    rest = [s for s in specs if s not in kept]
     done = {r["name"] for r in finished(rest, data, args)}
     left = [s.name for s in rest if s.name not in done]
-    return kept, {"after": args.cut_after, "runs": left, "reason": args.cut_reason}
+    return kept, {"after": args.cut_after, "named": named, "runs": left, "reason": args.cut_reason}
 
 
 #: what picks a plan's runs, how many train at once and how the curves are zoomed; every other setting is in the
@@ -419,6 +439,7 @@ SELECTION = (
     "seeds",
     "seeds_at",
     "cut_after",
+    "cut",
     "cut_reason",
     "jobs",
     "zoom_from",
@@ -463,7 +484,7 @@ def main(argv=None):
         for spec in shown_specs
     }
     trained, cut = cut_plan(specs, data, args)
-    shown_trained, shown_cut = cut_plan(shown_specs, data, shown)
+    shown_trained, shown_cut = (trained, cut) if shown is args else cut_plan(shown_specs, data, shown)
     meta = dict(
         command=command,
         settings={k: v for k, v in vars(shown).items() if k not in ("work", "out", "report_only")},
@@ -493,7 +514,7 @@ def main(argv=None):
     else:
         print(f"{len(specs)} runs planned: {', '.join(s.name for s in specs)}", flush=True)
         if cut:
-            print(f"cut after run {args.cut_after}: {', '.join(cut['runs']) or 'every later run has finished'}")
+            print(f"cut, not trained: {', '.join(cut['runs']) or 'none (every run cut has finished)'}")
         run_all(trained, data, args, started, report)
         results = report()
     print(cell_table(results, "bleu", 2) if results else "no run has finished yet")

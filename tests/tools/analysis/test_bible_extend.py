@@ -196,3 +196,80 @@ def test_a_run_trained_anew_and_killed_half_way_resumes_from_its_own_checkpoints
     result = bible_extend.extend(PRE, 3000, data, args, anew=True)
     assert trainer.targets[trained:] == [250, 500, 750, 1000, 1250, *range(1250, 3001, 250)]  # 1,250 again, from 1,000
     assert result["trained_anew"]["same_curve"] and not list((tmp_path / "w" / "extended").glob("*.partial"))
+
+
+def stuck(update):
+    """Post-LN at depth: no progress from the first validation (the rule fails it where the study stops it)."""
+    return 9.3
+
+
+def cell_with_a_failed_run(tmp_path, monkeypatch, nan_at=None):
+    """Pre-LN of one cell finished and scored; Post-LN stuck (or NaN at ``nan_at``), failed by the rule, unscored."""
+    trainer = FakeTrainer(plateau_curve)
+    monkeypatch.setattr(bible_study, "run_training", trainer)
+    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring())
+    args = study_args(tmp_path)
+    data = {"databin": "D", "sha256": "d" * 64, "fingerprints": {s: "fp" for s in bible_extend.cell(PRE, args)}}
+    records, runs = tmp_path / "o" / "runs", tmp_path / "w" / "runs"
+    bible_study.run_one(PRE, data, args, records, runs)
+    trainer.valid, trainer.nan_at = stuck, nan_at
+    post = bible_study.run_one(POST, data, args, records, runs)
+    assert post["fails"] and post["bleu"] is None
+    return trainer, args, data, post
+
+
+def test_a_run_the_rule_failed_without_diverging_is_trained_on_and_scored_if_it_leaves_its_plateau(
+    tmp_path, monkeypatch
+):
+    trainer, args, data, post = cell_with_a_failed_run(tmp_path, monkeypatch)
+    assert post["fails"].startswith("no progress") and post["end_update"] == 1000
+    trained = len(trainer.targets)
+    trainer.valid = lambda update: stuck(update) if update <= 1500 else 4.2  # gets out after 1,500
+    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring(REFERENCES[:1] + REFERENCES[:3]))
+    result = bible_extend.extend(POST, 3000, data, args)
+    assert trainer.targets[trained:] == list(range(1250, 3001, 250))  # from where the study stopped it
+    assert result["fails"] is None and result["source_fails"] == post["fails"] and result["bleu"] == 12.5
+    assert [c["name"] for c in result["compared"]] == ["pre-e6d6-warmup-seed1"]  # the scored runs of its cell
+    readme = (tmp_path / "o" / "extended" / "README.md").read_text()
+    assert "best validation loss 9.300 where the rule failed it (no progress (loss 9.8 -> 9.8)), 4.200 by" in readme
+
+
+def test_a_failed_run_still_stuck_at_the_update_asked_is_not_scored_and_a_diverged_one_is_refused(
+    tmp_path, monkeypatch
+):
+    trainer, args, data, post = cell_with_a_failed_run(tmp_path, monkeypatch)
+    result = bible_extend.extend(POST, 2000, data, args)
+    assert result["end_update"] == 2000 and result["fails"].startswith("no progress") and result["bleu"] is None
+    assert result["compared"] == []
+    readme = (tmp_path / "o" / "extended" / "README.md").read_text()
+    assert "not scored: the rule still fails it by update 2,000 (no progress (loss 9.8 -> 9.8))." in readme
+
+    trainer, args, data, post = cell_with_a_failed_run(tmp_path / "nan", monkeypatch, nan_at=700)
+    assert post["fails"] == "loss became NaN (fairseq stopped)"
+    with pytest.raises(ConfigError, match="post-e6d6-warmup-seed1: it diverged .loss became NaN.*no later update"):
+        bible_extend.extend(POST, 2000, data, args)
+
+
+def test_an_extension_another_process_ended_while_this_one_reached_for_the_lock_is_reused_not_scored_again(
+    tmp_path, monkeypatch
+):
+    trainer, args, data = finished_cell(tmp_path, monkeypatch)
+    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring(REFERENCES, bleu=lambda end: end / 100))
+    made = bible_extend.extend(PRE, 3000, data, args)
+    trained = len(trainer.targets)
+    done = next((tmp_path / "o" / "extended").glob("pre-e6d6-warmup-seed1-to-3000-*.json"))
+    record = done.read_bytes()
+    done.unlink()
+    lock = bible_study.training_lock
+
+    def ended_meanwhile(save_dir, who="bible_study"):
+        done.write_bytes(record)  # the other extension's record, written between this one's look and its lock
+        return lock(save_dir, who)
+
+    def scored_again(*args):
+        raise AssertionError("the extension was averaged and scored a second time")
+
+    monkeypatch.setattr(bible_study, "training_lock", ended_meanwhile)
+    monkeypatch.setattr(bible_study, "average_and_score", scored_again)
+    assert bible_extend.extend(PRE, 3000, data, args)["bleu"] == made["bleu"] == 30.0
+    assert len(trainer.targets) == trained

@@ -259,8 +259,10 @@ def test_options_that_cannot_make_a_study_stop_in_one_line():
     with pytest.raises(ConfigError, match="--nowarmup-schemes hc: not in --schemes"):
         bible_study.main(["--schemes", "pre", "--nowarmup-schemes", "hc"])
     for half in (["--cut-after", "7"], ["--cut-reason", "the envelope"]):
-        with pytest.raises(ConfigError, match="--cut-after and --cut-reason go together"):
+        with pytest.raises(ConfigError, match="--cut-after or --cut and --cut-reason go together"):
             bible_study.parse_args(half)
+    with pytest.raises(ConfigError, match="--cut-after or --cut and --cut-reason go together"):
+        bible_study.parse_args(["--cut", "pre-e6d6-warmup-seed1"])
 
 
 def fake_data(args):
@@ -274,12 +276,18 @@ def fake_data(args):
     return {"databin": "D", "sha256": "d" * 64, "summary": summary}
 
 
-def test_a_cut_plan_trains_its_first_runs_and_names_the_rest_as_cut_with_the_reason(tmp_path, monkeypatch):
+def faked_study(monkeypatch) -> FakeTrainer:
+    """``bible_study.main`` with the stand-ins: training to ``plateau_curve``, scoring, data and fingerprint."""
     trainer = FakeTrainer(plateau_curve)
     monkeypatch.setattr(bible_study, "run_training", trainer)
     monkeypatch.setattr(bible_study, "average_and_score", FakeScoring())
     monkeypatch.setattr(bible_study, "prepare_data", fake_data)
     monkeypatch.setattr(bible_study, "model_fingerprint", lambda train_args: "fp")
+    return trainer
+
+
+def test_a_cut_plan_trains_its_first_runs_and_names_the_rest_as_cut_with_the_reason(tmp_path, monkeypatch):
+    trainer = faked_study(monkeypatch)
     out = tmp_path / "o"
     argv = ["--work", str(tmp_path / "w"), "--out", str(out), "--plateau-min-updates", "1000", "--jobs", "1"]
     argv += ["--schemes", "pre", "residual", "--nowarmup-schemes", "pre", "residual", "--depths", "6", "--seeds", "1"]
@@ -309,6 +317,46 @@ def test_a_cut_plan_trains_its_first_runs_and_names_the_rest_as_cut_with_the_rea
     assert len(results) == 4 and len(trainer.targets) == 4 * 10
     readme = (out / "README.md").read_text()
     assert "Cut:" not in readme and "**4 of the 4 planned runs have finished**." in readme
+
+
+def test_runs_cut_by_name_anywhere_in_the_plan_are_not_trained_and_a_few_runs_trained_alone_keep_the_cut(
+    tmp_path, monkeypatch, capsys
+):
+    trainer = faked_study(monkeypatch)
+    out = tmp_path / "o"
+    base = ["--work", str(tmp_path / "w"), "--out", str(out), "--plateau-min-updates", "1000", "--jobs", "1"]
+    study = [*base, "--schemes", "pre", "residual", "--nowarmup-schemes", "pre", "residual", "--depths", "6"]
+    study += ["--seeds", "1"]  # pre, residual with warmup (runs 1, 2), then without (3, 4)
+    reason = ["--cut-reason", "seeds before schemes"]
+    with pytest.raises(ConfigError, match="--cut pre-e6d6-warmup-seed9: not a run of the plan; its runs: pre-e6d6-w"):
+        bible_study.main([*study, "--cut", "pre-e6d6-warmup-seed9", *reason])
+
+    cut = [*study, "--cut", "residual-e6d6-warmup-seed1", "pre-e6d6-nowarmup-seed1", *reason]
+    bible_study.main([*cut, "--report-only"])  # the study's report, with its cut, before a run trains
+    one = [*base, "--schemes", "pre", "--nowarmup-schemes", "--depths", "6", "--seeds", "1"]
+    assert [r["name"] for r in bible_study.main(one)] == ["pre-e6d6-warmup-seed1"]  # a few runs alone
+    assert "the report in " in capsys.readouterr().out
+    readme = (out / "README.md").read_text()
+    plan_rows = [row[2] for row in table_rows(readme) if row[0] in ("1", "2", "3", "4")]
+    assert plan_rows == ["finished at update 2500: plateau", "cut", "cut", "not started"]
+    assert (
+        "**Cut: 2 runs** (2 named, not trained, `--cut residual-e6d6-warmup-seed1 pre-e6d6-nowarmup-seed1`): "
+        "seeds before schemes" in readme
+    )
+
+    results = bible_study.main(cut)  # the study itself trains what it kept: run 4, not 2 or 3
+    assert [r["name"] for r in results] == ["pre-e6d6-warmup-seed1", "residual-e6d6-nowarmup-seed1"]
+    assert len(trainer.targets) == 2 * 10 and "cut, not trained: residual-e6d6-warmup-seed1, pre-e6d6-now" in (
+        capsys.readouterr().out
+    )
+    both = [*study, "--cut-after", "1", "--cut", "residual-e6d6-nowarmup-seed1", *reason]  # finished: a result
+    assert len(bible_study.main(both)) == 2 and len(trainer.targets) == 2 * 10
+    published = json.loads((out / "results.json").read_text())
+    assert published["cut"]["runs"] == ["residual-e6d6-warmup-seed1", "pre-e6d6-nowarmup-seed1"]
+    assert (
+        "**Cut: 2 runs** (the plan after its run 1 and 1 named, not trained, `--cut-after 1 --cut "
+        "residual-e6d6-nowarmup-seed1`)" in (out / "README.md").read_text()
+    )
 
 
 def test_the_readme_and_results_page_show_the_studys_table_as_its_results_json_holds_it():
@@ -486,10 +534,7 @@ def test_the_zoomed_curves_show_the_second_half_of_the_longest_run_unless_told()
 def test_a_few_runs_of_a_study_trained_on_their_own_leave_its_report_whole_and_other_settings_make_their_own(
     tmp_path, monkeypatch, capsys
 ):
-    monkeypatch.setattr(bible_study, "run_training", FakeTrainer(plateau_curve))
-    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring())
-    monkeypatch.setattr(bible_study, "prepare_data", fake_data)
-    monkeypatch.setattr(bible_study, "model_fingerprint", lambda train_args: "fp")
+    faked_study(monkeypatch)
     out = tmp_path / "o"
     base = ["--work", str(tmp_path / "w"), "--out", str(out), "--plateau-min-updates", "1000"]
     study = [*base, "--schemes", "pre", "residual", "--nowarmup-schemes", "pre", "residual", "--depths", "6"]
@@ -539,11 +584,7 @@ def held_elsewhere(save_dir, who="bible_study"):
 def test_a_run_another_invocation_is_training_is_left_to_it_and_the_rest_of_the_plan_trains(
     tmp_path, monkeypatch, capsys
 ):
-    trainer = FakeTrainer(plateau_curve)
-    monkeypatch.setattr(bible_study, "run_training", trainer)
-    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring())
-    monkeypatch.setattr(bible_study, "prepare_data", fake_data)
-    monkeypatch.setattr(bible_study, "model_fingerprint", lambda train_args: "fp")
+    trainer = faked_study(monkeypatch)
     argv = ["--work", str(tmp_path / "w"), "--out", str(tmp_path / "o"), "--plateau-min-updates", "1000"]
     argv += ["--schemes", "pre", "residual", "--nowarmup-schemes", "--depths", "6", "--seeds", "1", "--jobs", "1"]
     pre = RunSpec("pre", 6, True, 1)
