@@ -69,9 +69,10 @@ demo-results: $(STAMP)
 lm-cpu-results: $(STAMP)
 	nice -n 5 $(BIN)/python -m fairseq_residual_tools.analysis.lm_study
 
-# the translation study (results/bible-study/README.md): a finished run's record in results/bible-study/runs/ is reused
+# the translation study (results/bible-study/README.md): a finished run's record in results/bible-study/runs/ is reused;
+# cut.args holds the runs it cut and why (argparse reads @FILE one argument a line)
 bible-study-results: $(STAMP)
-	OMP_NUM_THREADS=1 nice -n 5 $(BIN)/python -m fairseq_residual_tools.analysis.bible_study
+	OMP_NUM_THREADS=1 nice -n 5 $(BIN)/python -m fairseq_residual_tools.analysis.bible_study @results/bible-study/cut.args
 
 # throughput / memory of every scheme vs fairseq's stock transformer -> results/bench/ (< 15 min);
 # glibc malloc keeps freed memory in the measuring processes, as PyTorch's allocator does on a GPU;

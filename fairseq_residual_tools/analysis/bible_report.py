@@ -4,7 +4,7 @@ docs/results.md show between their markers (``publish``)."""
 
 import math
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 from ..files import write_json, write_text
 from ..markdown import table, write_block
@@ -14,7 +14,7 @@ from .bible_reading import AFTER_RESIDUAL, shallower, with_warmup
 from .bible_reading import reading as computed_reading
 from .plateau import Plateau, best_until
 from .significance import RESAMPLES, paired_bootstrap
-from .study import ablation_table, failure_list, losses_at_table
+from .study import ablation_table, failure_list, format_cell, losses_at_table
 
 #: the paper's IWSLT-14 BLEU (shared/paper/README.md: its Table 1 and warmup ablation), for the report's side table
 PAPER_IWSLT = {
@@ -89,10 +89,35 @@ def plot_curves(runs: Sequence[Dict], path: Path, title: str, zoom_from: Optiona
     )
 
 
-def cell_table(results: List[Dict], key: str, digits: int) -> str:
-    """Rows: scheme x warmup with a run (the paper's ablation layout); columns: depths; mean ± half-range over
-    seeds. A cell of the plan whose runs are under way, not started or cut reads "not finished"."""
-    return ablation_table(results, key, digits, first="scheme", only_run=True, empty="not finished")
+def cell_table(results: List[Dict], key: str, digits: int, meta: Optional[Dict] = None) -> str:
+    """Rows: scheme x warmup (the paper's ablation layout), each with a run in the plan of ``meta`` (results.json's
+    "plan"), else each with a finished run; columns: depths; mean ± half-range over the seeds that finished. A cell
+    without a finished run reads "cut" when each of its planned runs was cut, "-" when the plan has none, else "not
+    finished" (under way or not started)."""
+    plan = (meta or {}).get("plan")
+    if not meta or not plan:
+        return ablation_table(results, key, digits, first="scheme", only_run=True, empty="not finished")
+    cut, depths, rows = set(cut_runs(meta)), sorted({p["layers"] for p in plan}), []
+    for scheme in dict.fromkeys(p["scheme"] for p in plan):
+        for warmup in (True, False):
+            planned = [p for p in plan if (p["scheme"], p["warmup"]) == (scheme, warmup)]
+            if planned:
+                rows.append([scheme, "yes" if warmup else "no"])
+                rows[-1] += [
+                    plan_cell(results, [p for p in planned if p["layers"] == d], cut, key, digits) for d in depths
+                ]
+    return table(["scheme", "warmup"] + [f"E{d}D{d}" for d in depths], rows)
+
+
+def plan_cell(results: List[Dict], planned: Sequence[Dict], cut: Set[str], key: str, digits: int) -> str:
+    """``cell_table``'s cell of the ``planned`` runs of one scheme, warmup and depth."""
+    names = {p["name"] for p in planned}
+    runs = [r for r in results if r["name"] in names]
+    if runs:
+        return format_cell(runs, key, digits)
+    if not names:
+        return "-"
+    return "cut" if names <= cut else "not finished"
 
 
 def paper_table() -> str:
@@ -263,8 +288,8 @@ def published_block(results: Dict) -> str:
         status += f"; not yet trained: {', '.join(left)}"
     made = f"{results['provenance']['date'][:10]}, runs trained at {', '.join(sorted({r['git'] for r in runs}))}"
     return (
-        f"{cell_table(runs, 'bleu', 2)}\n\nTest BLEU (tokenised, as the paper's IWSLT table) at the end of each run, "
-        f"mean ± half-range over seeds. {status}. From `results/bible-study/results.json` ({made})."
+        f"{cell_table(runs, 'bleu', 2, results)}\n\nTest BLEU (tokenised, as the paper's IWSLT table) at the end of "
+        f"each run, mean ± half-range over seeds. {status}. From `results/bible-study/results.json` ({made})."
     )
 
 
@@ -359,7 +384,7 @@ paper's differences are.
 
 ## Test BLEU at the end (tokenised, lowercased: the measure of the paper's IWSLT table; mean ± half-range over seeds)
 
-{cell_table(results, "bleu", 2)}
+{cell_table(results, "bleu", 2, meta)}
 
 The paper's IWSLT-14 figures (de->en, 160k pairs, width 256, GPUs; shared/paper/README.md), **the paper's, not
 measured here**:
@@ -368,7 +393,7 @@ measured here**:
 
 ## sacreBLEU (Moses-detokenised output against the detokenised references)
 
-{cell_table(results, "sacrebleu", 2)}
+{cell_table(results, "sacrebleu", 2, meta)}
 
 Signature: `{signature}`.
 
@@ -390,11 +415,11 @@ above 0.05 is one this test set cannot tell from noise; one seed says nothing of
 Plateau: {rule.describe()}; at most {s["max_update_cap"]} updates. Updates to the end
 (mean ± half-range):
 
-{cell_table(results, "end_update", 0)}
+{cell_table(results, "end_update", 0, meta)}
 
 Best validation loss:
 
-{cell_table(results, "best_valid_loss", 3)}
+{cell_table(results, "best_valid_loss", 3, meta)}
 
 Validation loss along the way, against the best at the end above: whether a gap early in training closes
 ("not logged": no run of the cell trained that far):

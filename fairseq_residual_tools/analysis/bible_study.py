@@ -362,7 +362,11 @@ def seeds_at(text: str):
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(prog="fairseq-residual-bible-study", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="fairseq-residual-bible-study",
+        description=__doc__.splitlines()[0],
+        fromfile_prefix_chars="@",  # @results/bible-study/cut.args: the study's cut, one argument a line
+    )
     p.add_argument("--work", default=str(ROOT / "work" / "bible-study"), help="data and checkpoints")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="report folder (records in runs/)")
     p.add_argument(
@@ -490,6 +494,7 @@ def main(argv=None):
         settings={k: v for k, v in vars(shown).items() if k not in ("work", "out", "report_only")},
         data={k: data["summary"][k] for k in ("pairs", "verses", "modules", "data_bin_sha256")},
         planned=[s.name for s in shown_specs],
+        plan=[dict(asdict(s), name=s.name) for s in shown_specs],  # what the BLEU table's cells hold
         cut=shown_cut,
     )
 
@@ -517,7 +522,7 @@ def main(argv=None):
             print(f"cut, not trained: {', '.join(cut['runs']) or 'none (every run cut has finished)'}")
         run_all(trained, data, args, started, report)
         results = report()
-    print(cell_table(results, "bleu", 2) if results else "no run has finished yet")
+    print(cell_table(results, "bleu", 2, meta) if results else "no run has finished yet")
     return results
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 from argparse import Namespace
+from dataclasses import asdict
 
 import pytest
 from sacrebleu.metrics import BLEU
@@ -359,6 +360,16 @@ def test_runs_cut_by_name_anywhere_in_the_plan_are_not_trained_and_a_few_runs_tr
     )
 
 
+def test_the_studys_cut_is_read_from_its_file_one_argument_a_line_and_names_runs_of_the_default_plan(tmp_path):
+    cut_file = tmp_path / "cut.args"
+    cut_file.write_text("--cut\npre-e12d12-nowarmup-seed1\n--cut-reason\nseeds before schemes, as the issue asks\n")
+    args = bible_study.parse_args([f"@{cut_file}"])
+    assert args.cut == ["pre-e12d12-nowarmup-seed1"] and args.cut_reason == "seeds before schemes, as the issue asks"
+    committed = bible_study.parse_args([f"@{bible_study.DEFAULT_OUT / 'cut.args'}"])  # make bible-study-results's
+    planned = {s.name for s in bible_study.plan(committed)}
+    assert committed.cut and set(committed.cut) < planned and committed.cut_reason
+
+
 def test_the_readme_and_results_page_show_the_studys_table_as_its_results_json_holds_it():
     from fairseq_residual_tools.markdown import block_of
 
@@ -634,3 +645,17 @@ def test_the_bleu_table_reads_not_finished_where_a_depth_has_no_finished_run_of_
     finished_so_far = [record("post", 6, 33.79), record("pre", 6, 32.45), record("post", 12, None, "no progress")]
     rows = table_rows(bible_report.cell_table(finished_so_far, "bleu", 2))
     assert rows[1:] == [["post", "yes", "33.79", "fails (1/1)"], ["pre", "yes", "32.45", "not finished"]]
+
+
+def test_with_its_plan_the_bleu_table_has_a_row_for_every_planned_scheme_and_warmup_and_names_cut_cells():
+    args = bible_study.parse_args(["--schemes", "post", "pre", "--nowarmup-schemes", "pre", "--seeds", "1"])
+    plan = [dict(asdict(s), name=s.name) for s in bible_study.plan(args)]  # E6D6 and E12D12, pre without warmup
+    done = [dict(p, bleu=b, fails=None) for p, b in zip(plan, (33.79, 32.45))]  # E6D6 with warmup
+    meta = {"plan": plan, "cut": {"runs": ["pre-e12d12-nowarmup-seed1"]}}
+    rows = table_rows(bible_report.cell_table(done, "bleu", 2, meta))
+    assert rows[0] == ["scheme", "warmup", "E6D6", "E12D12"]
+    assert rows[1:] == [
+        ["post", "yes", "33.79", "not finished"],
+        ["pre", "yes", "32.45", "not finished"],
+        ["pre", "no", "not finished", "cut"],  # no run finished: the row is there all the same
+    ]
