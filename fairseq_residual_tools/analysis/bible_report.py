@@ -110,11 +110,15 @@ def cell_table(results: List[Dict], key: str, digits: int, meta: Optional[Dict] 
 
 
 def plan_cell(results: List[Dict], planned: Sequence[Dict], cut: Set[str], key: str, digits: int) -> str:
-    """``cell_table``'s cell of the ``planned`` runs of one scheme, warmup and depth."""
+    """``cell_table``'s cell of the ``planned`` runs of one scheme, warmup and depth; where seeds of it are still to
+    finish, how many of them have."""
     names = {p["name"] for p in planned}
     runs = [r for r in results if r["name"] in names]
+    to_come = names - {r["name"] for r in runs} - cut
     if runs:
-        return format_cell(runs, key, digits)
+        return format_cell(runs, key, digits) + (
+            f" ({len(runs)} of {len(runs) + len(to_come)} seeds)" if to_come else ""
+        )
     if not names:
         return "-"
     return "cut" if names <= cut else "not finished"

@@ -648,14 +648,14 @@ def test_the_bleu_table_reads_not_finished_where_a_depth_has_no_finished_run_of_
 
 
 def test_with_its_plan_the_bleu_table_has_a_row_for_every_planned_scheme_and_warmup_and_names_cut_cells():
-    args = bible_study.parse_args(["--schemes", "post", "pre", "--nowarmup-schemes", "pre", "--seeds", "1"])
-    plan = [dict(asdict(s), name=s.name) for s in bible_study.plan(args)]  # E6D6 and E12D12, pre without warmup
-    done = [dict(p, bleu=b, fails=None) for p, b in zip(plan, (33.79, 32.45))]  # E6D6 with warmup
-    meta = {"plan": plan, "cut": {"runs": ["pre-e12d12-nowarmup-seed1"]}}
-    rows = table_rows(bible_report.cell_table(done, "bleu", 2, meta))
+    args = bible_study.parse_args(["--schemes", "post", "pre", "--nowarmup-schemes", "pre", "--seeds", "1", "2"])
+    plan = [dict(asdict(s), name=s.name) for s in bible_study.plan(args)]  # E6D6 (seeds 1, 2), E12D12 (seed 1)
+    done = [dict(p, bleu=b, fails=None) for p, b in zip(plan, (33.79, 32.45))]  # E6D6 with warmup, seed 1
+    cut = ["post-e6d6-warmup-seed2", "pre-e6d6-nowarmup-seed2", "pre-e12d12-nowarmup-seed1"]
+    rows = table_rows(bible_report.cell_table(done, "bleu", 2, {"plan": plan, "cut": {"runs": cut}}))
     assert rows[0] == ["scheme", "warmup", "E6D6", "E12D12"]
     assert rows[1:] == [
-        ["post", "yes", "33.79", "not finished"],
-        ["pre", "yes", "32.45", "not finished"],
+        ["post", "yes", "33.79", "not finished"],  # its seed 2 cut: the cell is whole
+        ["pre", "yes", "32.45 (1 of 2 seeds)", "not finished"],
         ["pre", "no", "not finished", "cut"],  # no run finished: the row is there all the same
     ]
