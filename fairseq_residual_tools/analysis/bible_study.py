@@ -320,9 +320,12 @@ def under_way(specs: Sequence[RunSpec], data: Dict, args) -> List[Dict]:
 
 def run_all(specs: List[RunSpec], data: Dict, args, started: float, report) -> List[Dict]:
     """The plan with ``args.jobs`` concurrent trainings, printing progress; ``report()`` after each finished run, so
-    that the report, the README's table and the records in ``OUT/runs`` always hold every run finished so far."""
+    that the report, the README's table and the records in ``OUT/runs`` always hold every run finished so far. Runs
+    under way come first, then the rest in the plan's order: a resumed study ends what it started before it starts
+    another (what a replaced machine loses is then the fewest runs)."""
     runs_dir = Path(args.work) / "runs"
     done, number = itertools.count(1), {spec: n for n, spec in enumerate(specs, 1)}
+    resumed = {u["name"] for u in under_way(specs, data, args)}
     lock = threading.Lock()
 
     def one(spec):
@@ -340,7 +343,8 @@ def run_all(specs: List[RunSpec], data: Dict, args, started: float, report) -> L
                 report()
         return result
 
-    return run_in_pool(specs, one, args.jobs)
+    # stable: the plan's order otherwise
+    return run_in_pool(sorted(specs, key=lambda spec: spec.name not in resumed), one, args.jobs)
 
 
 def prepare_data(args) -> Dict:

@@ -615,6 +615,22 @@ def test_a_run_another_invocation_is_training_is_left_to_it_and_the_rest_of_the_
     assert len(trainer.targets) == 20 and "[busy]" not in capsys.readouterr().out
 
 
+def test_a_resumed_study_ends_the_runs_under_way_before_it_starts_another(tmp_path, monkeypatch, capsys):
+    trainer = faked_study(monkeypatch)
+    argv = ["--work", str(tmp_path / "w"), "--out", str(tmp_path / "o"), "--plateau-min-updates", "1000"]
+    argv += ["--schemes", "pre", "residual", "hc", "--nowarmup-schemes", "--depths", "6", "--seeds", "1", "--jobs", "1"]
+    args, hc = bible_study.parse_args(argv), RunSpec("hc", 6, True, 1)
+    data = dict(fake_data(args), fingerprints={hc: "fp"})
+    trainer.kill_at = 650  # the plan's third run, killed at update 650 by a session's end
+    with pytest.raises(RunError):
+        bible_study.train_to_end(hc, "D", tmp_path / "w" / "runs" / bible_study.run_name(hc, data, args)[1], args, "")
+    trainer.targets.clear()
+    assert [r["name"] for r in bible_study.main(argv)] == [f"{s}-e6d6-warmup-seed1" for s in ("pre", "residual", "hc")]
+    assert trainer.targets[:8] == [750, 1000, 1250, 1500, 1750, 2000, 2250, 2500]  # hc from its checkpoint, first
+    assert trainer.targets[8:] == [*range(250, 2501, 250)] * 2  # then pre and residual, in the plan's order
+    assert "[1/3 ended] run 3 hc-e6d6-warmup-seed1" in capsys.readouterr().out  # its place in the plan
+
+
 def test_the_progress_line_counts_ended_runs_and_names_each_ones_place_in_the_plan(tmp_path, monkeypatch, capsys):
     specs = [RunSpec("pre", 6, True, 1), RunSpec("residual", 6, True, 1), RunSpec("post", 6, True, 1)]
     second_reported = threading.Event()
@@ -626,6 +642,7 @@ def test_the_progress_line_counts_ended_runs_and_names_each_ones_place_in_the_pl
         return {**result, "name": spec.name}
 
     monkeypatch.setattr(bible_study, "run_one", run_one)
+    monkeypatch.setattr(bible_study, "under_way", lambda *_: [])  # none resumed: the plan's order
     args = Namespace(work=str(tmp_path), out=str(tmp_path), jobs=2)
     bible_study.run_all(specs, {}, args, started=0.0, report=second_reported.set)
     lines = [line.split(":")[0] for line in capsys.readouterr().out.splitlines()]
