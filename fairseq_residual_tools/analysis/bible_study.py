@@ -324,8 +324,17 @@ def run_all(specs: List[RunSpec], data: Dict, args, started: float, report) -> L
     under way come first, then the rest in the plan's order: a resumed study ends what it started before it starts
     another (what a replaced machine loses is then the fewest runs)."""
     runs_dir = Path(args.work) / "runs"
-    done, number = itertools.count(1), {spec: n for n, spec in enumerate(specs, 1)}
-    resumed = {u["name"] for u in under_way(specs, data, args)}
+    number = {spec: n for n, spec in enumerate(specs, 1)}
+    reused = [dict(record, reused=True) for record in finished(specs, data, args)]
+    ended = {r["name"] for r in reused}
+    if ended:  # one line for them all, not one a run (run_one still reuses a record that appears meanwhile)
+        places = ", ".join(str(number[s]) for s in specs if s.name in ended)
+        print(
+            f"{len(ended)} of {len(specs)} runs finished earlier with these settings, data and model: "
+            f"reused (runs {places})",
+            flush=True,
+        )
+    done, resumed = itertools.count(len(ended) + 1), {u["name"] for u in under_way(specs, data, args)}
     lock = threading.Lock()
 
     def one(spec):
@@ -343,8 +352,9 @@ def run_all(specs: List[RunSpec], data: Dict, args, started: float, report) -> L
                 report()
         return result
 
+    left = [spec for spec in specs if spec.name not in ended]
     # stable: the plan's order otherwise
-    return run_in_pool(sorted(specs, key=lambda spec: spec.name not in resumed), one, args.jobs)
+    return reused + run_in_pool(sorted(left, key=lambda s: s.name not in resumed), one, args.jobs)
 
 
 def prepare_data(args) -> Dict:

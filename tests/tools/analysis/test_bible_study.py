@@ -643,6 +643,7 @@ def test_the_progress_line_counts_ended_runs_and_names_each_ones_place_in_the_pl
 
     monkeypatch.setattr(bible_study, "run_one", run_one)
     monkeypatch.setattr(bible_study, "under_way", lambda *_: [])  # none resumed: the plan's order
+    monkeypatch.setattr(bible_study, "finished", lambda *_: [])  # none ended before
     args = Namespace(work=str(tmp_path), out=str(tmp_path), jobs=2)
     bible_study.run_all(specs, {}, args, started=0.0, report=second_reported.set)
     lines = [line.split(":")[0] for line in capsys.readouterr().out.splitlines()]
@@ -653,6 +654,23 @@ def test_the_progress_line_counts_ended_runs_and_names_each_ones_place_in_the_pl
         "run 2 residual-e6d6-warmup-seed1",
         "run 3 post-e6d6-warmup-seed1",
     ]
+
+
+def test_runs_that_finished_before_are_named_in_one_line_and_the_count_of_ended_runs_goes_on_from_them(
+    tmp_path, monkeypatch, capsys
+):
+    trainer = faked_study(monkeypatch)
+    argv = ["--work", str(tmp_path / "w"), "--out", str(tmp_path / "o"), "--plateau-min-updates", "1000"]
+    argv += ["--nowarmup-schemes", "--depths", "6", "--seeds", "1", "--jobs", "1"]
+    bible_study.main([*argv, "--schemes", "pre", "hc"])  # runs 1 and 3 of the larger plan below
+    capsys.readouterr()
+    trained = len(trainer.targets)
+    bible_study.main([*argv, "--schemes", "pre", "residual", "hc"])
+    lines = capsys.readouterr().out.splitlines()
+    reused = [line for line in lines if "reused" in line]
+    assert reused == ["2 of 3 runs finished earlier with these settings, data and model: reused (runs 1, 3)"]
+    assert len(trainer.targets) == trained + 10  # residual alone trained
+    assert any(line.startswith("[3/3 ended] run 2 residual-e6d6-warmup-seed1: plateau") for line in lines)
 
 
 def test_the_bleu_table_reads_not_finished_where_a_depth_has_no_finished_run_of_a_scheme_yet():
