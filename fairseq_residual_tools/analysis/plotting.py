@@ -40,20 +40,26 @@ def plot_loss_curves(panels, curve, path, suptitle, ylabel, columns, sharey=True
     )
     colors = scheme_colors(list(dict.fromkeys(run["scheme"] for lines in panels.values() for run, _, _ in lines)))
     for ax, (title, lines) in zip(axes.flat, panels.items()):
-        for run, label, options in lines:
+        labels = [label + (" (fails)" if run["fails"] else "") for run, label, _ in lines]
+        for (run, _, options), label in zip(lines, labels):
             if run[curve]:
-                label += " (fails)" if run["fails"] else ""
                 ax.plot(*zip(*run[curve]), color=colors[run["scheme"]], label=label, **options)
+        if not ax.lines:  # a zoom past where each run of the panel ended: say so rather than show an empty frame
+            note = "no point in this range:\n" + ", ".join(labels)
+            ax.text(0.5, 0.5, note, transform=ax.transAxes, ha="center", va="center", fontsize=8)
+            ax.set(xticks=[], yticks=[])
         ax.set(title=title, xlabel="updates")
         ax.grid(alpha=0.3)
-        if legend == "inside":
+        if legend == "inside" and ax.lines:
             ax.legend(fontsize=7)
     for ax in axes[:, 0]:
         ax.set_ylabel(ylabel)
     if legend == "outside":
         labelled = {label: handle for ax in axes.flat for handle, label in zip(*ax.get_legend_handles_labels())}
         ncols = min(4, len(labelled))
-        fig.legend(labelled.values(), labelled.keys(), loc="outside lower center", ncols=ncols, fontsize=7)
+        fig.legend(
+            labelled.values(), labelled.keys(), loc="outside lower center", ncols=ncols, fontsize=7, handlelength=3.5
+        )  # long enough handles that a seed's dashes show
     fig.suptitle(suptitle)
     save(fig, path, dpi=100)
 

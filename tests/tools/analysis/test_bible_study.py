@@ -694,3 +694,23 @@ def test_with_its_plan_the_bleu_table_has_a_row_for_every_planned_scheme_and_war
         ["pre", "yes", "32.45 (1 of 2 seeds)", "not finished"],
         ["pre", "no", "not finished", "cut"],  # no run finished: the row is there all the same
     ]
+
+
+def test_a_zoomed_panel_that_no_run_reaches_says_so_and_the_legend_shows_the_seeds_line_styles(tmp_path, monkeypatch):
+    from fairseq_residual_tools.analysis import plotting
+
+    figures = []
+    monkeypatch.setattr(plotting, "save", lambda fig, path, dpi: figures.append(fig))
+
+    def run(scheme, layers, seed, curve, fails=None):
+        return dict(scheme=scheme, layers=layers, warmup=True, seed=seed, valid_curve=curve, fails=fails)
+
+    shallow = [run("pre", 6, s, [[250, 8.0], [5000, 4.6], [5500, 4.5]]) for s in (1, 2)]
+    failed = run("post", 12, 1, [[250, 9.1], [2000, 10.2]], fails="diverged")
+    bible_report.plot_curves([*shallow, failed], tmp_path / "zoom.png", "t", zoom_from=5000)
+    (fig,) = figures
+    deep = next(ax for ax in fig.axes if ax.get_title() == "E12D12, warmup yes, from update 5000")
+    assert not deep.lines and [t.get_text() for t in deep.texts] == ["no point in this range:\npost seed 1 (fails)"]
+    (legend,) = fig.legends
+    styles = {t.get_text(): h.get_linestyle() for t, h in zip(legend.get_texts(), legend.legend_handles)}
+    assert styles == {"pre seed 1": "-", "pre seed 2": "--"} and legend.handlelength >= 3  # dashes visible
