@@ -280,7 +280,7 @@ def significance_table(compared: List[Dict], signature: str) -> str:
 def published_block(results: Dict) -> str:
     """What README.md and docs/results.md show of the study's results.json: the BLEU table, how much of the plan
     has finished, and where the rest is."""
-    runs, planned, cut = results["runs"], results["planned"], cut_runs(results)
+    runs, planned, cut = results["runs"], plan_names(results), cut_runs(results)
     accounted = {r["name"] for r in runs} | set(cut)
     left = [name for name in planned if name not in accounted]
     status = f"{len(runs)} of the {len(planned)} planned runs finished"
@@ -295,6 +295,11 @@ def published_block(results: Dict) -> str:
         f"{cell_table(runs, 'bleu', 2, results)}\n\nTest BLEU (tokenised, as the paper's IWSLT table) at the end of "
         f"each run, mean ± half-range over seeds. {status}. From `results/bible-study/results.json` ({made})."
     )
+
+
+def plan_names(meta: Dict) -> List[str]:
+    """The names of the study's planned runs, in the order it trains them (``meta["plan"]``)."""
+    return [p["name"] for p in meta.get("plan", [])]
 
 
 def cut_runs(meta: Dict) -> List[str]:
@@ -341,7 +346,7 @@ def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[D
     plan = (
         'The plan, in the order it trains ("last quarter": how much the best validation loss fell over the last '
         f"quarter of the run so far, the plateau rule's measure: {rule.describe()}):\n\n"
-        f"{plan_table(meta.get('planned', []), results, running, rule, cut_runs(meta))}"
+        f"{plan_table(plan_names(meta), results, running, rule, cut_runs(meta))}"
     )
     if cut_text(meta):
         plan += f"\n\n{cut_text(meta)}"
@@ -366,7 +371,7 @@ def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[D
     hours = sum(r["train_seconds"] for r in results) / 3600
     compared, test_signature = comparisons(results, out / "runs")
     progress = (
-        f"**{len(results)} of the {len(meta.get('planned', results))} planned runs have finished**"
+        f"**{len(results)} of the {len(plan_names(meta)) or len(results)} planned runs have finished**"
         + (f", {len(cut_runs(meta))} were cut." if cut_runs(meta) else ".")
         + (f"\n\n{snapshot}" if snapshot else "")
         + f"\n\n{plan}"

@@ -507,7 +507,6 @@ def main(argv=None):
         command=command,
         settings={k: v for k, v in vars(shown).items() if k not in ("work", "out", "report_only")},
         data={k: data["summary"][k] for k in ("pairs", "verses", "modules", "data_bin_sha256")},
-        planned=[s.name for s in shown_specs],
         plan=[dict(asdict(s), name=s.name) for s in shown_specs],  # what the BLEU table's cells hold
         cut=shown_cut,
     )

@@ -149,6 +149,11 @@ def table_rows(markdown):
     return [[c.strip() for c in line.split("|")[1:-1]] for line in markdown.splitlines() if line.startswith("| ")]
 
 
+def plan_entry(spec):
+    """results.json's entry of ``spec`` in its "plan"."""
+    return dict(asdict(spec), name=spec.name)
+
+
 def study_args(tmp_path, *more):
     return bible_study.parse_args(
         ["--work", str(tmp_path / "w"), "--out", str(tmp_path / "o"), "--plateau-min-updates", "1000", *more]
@@ -211,7 +216,7 @@ def test_a_finished_run_is_recorded_under_its_key_and_reused_without_training(tm
     results = [dict(first, scheme="residual")]
     meta = {
         "command": "cmd",
-        "planned": [spec.name],
+        "plan": [plan_entry(spec)],
         "settings": {k: v for k, v in vars(args).items() if k not in ("work", "out")},
         "data": {
             "pairs": {"train": 100, "valid": 10, "test": 10},
@@ -388,16 +393,16 @@ def test_publish_writes_the_bleu_table_and_what_is_left_of_the_plan_between_the_
     page.write_text(f"before\n{bible_report.README_BLOCK[0]}\nold\n{bible_report.README_BLOCK[1]}\nafter\n")
     run = {"name": "pre-e6d6-warmup-seed1", "scheme": "pre", "layers": 6, "warmup": True, "seed": 1, "fails": None}
     results = {
-        "planned": ["pre-e6d6-warmup-seed1", "post-e6d6-warmup-seed1"],
+        "plan": [plan_entry(RunSpec("pre", 6, True, 1)), plan_entry(RunSpec("post", 6, True, 1))],
         "provenance": {"date": "2026-12-04T10:00:00"},
         "runs": [{**run, "bleu": 20.25, "git": "abc1234"}],
     }
     bible_report.publish(results, [page])
     text = page.read_text()
     assert text.startswith("before\n") and text.endswith("after\n") and "old" not in text
-    assert "| pre      | yes      | 20.25  |" in text
+    assert table_rows(text)[1:] == [["pre", "yes", "20.25"], ["post", "yes", "not finished"]]
     assert "1 of the 2 planned runs finished; not yet trained: post-e6d6-warmup-seed1" in text
-    many = {**results, "planned": ["pre-e6d6-warmup-seed1"] + [f"post-e6d6-warmup-seed{s}" for s in range(2, 7)]}
+    many = {**results, "plan": results["plan"][:1] + [plan_entry(RunSpec("post", 6, True, s)) for s in range(2, 7)]}
     bible_report.publish(many, [page])  # a long plan is counted, not listed: the report names each run
     assert "1 of the 6 planned runs finished; 5 not yet trained (each named in `results/bible-study/README.md`)" in (
         page.read_text()
@@ -428,7 +433,7 @@ def test_the_report_names_the_runs_under_way_and_where_they_are_until_they_finis
 
     meta = {
         "command": "cmd",
-        "planned": [started.name, waiting.name],
+        "plan": [plan_entry(started), plan_entry(waiting)],
         "provenance": {"date": "2026-12-04T17:05:09"},
         "settings": {**vars(args), "zoom_from": 500},
     }
@@ -555,22 +560,24 @@ def test_a_few_runs_of_a_study_trained_on_their_own_leave_its_report_whole_and_o
         return json.loads((out / "results.json").read_text())
 
     bible_study.main([*study, "--report-only"])
-    assert len(published()["planned"]) == 8 and published()["runs"] == []
+    assert len(published()["plan"]) == 8 and published()["runs"] == []
     one = [*base, "--schemes", "residual", "--nowarmup-schemes", "--depths", "6", "--seeds", "2", "--jobs", "1"]
     assert [r["name"] for r in bible_study.main(one)] == ["residual-e6d6-warmup-seed2"]
     assert "the report in " in capsys.readouterr().out
     report = published()
-    assert len(report["planned"]) == 8
+    assert len(report["plan"]) == 8
     assert report["command"].endswith("--seeds 1 2") and report["settings"]["schemes"] == ["pre", "residual"]
     assert [r["name"] for r in report["runs"]] == ["residual-e6d6-warmup-seed2"]
     assert "**1 of the 8 planned runs have finished**" in (out / "README.md").read_text()
     bible_study.main([*one, "--report-only"])  # so does a report-only of the few
-    assert len(published()["planned"]) == 8 and len(published()["runs"]) == 1
+    assert len(published()["plan"]) == 8 and len(published()["runs"]) == 1
     assert "the report in " in capsys.readouterr().out
 
     other = [*one, "--lr", "1e-3"]  # another recipe: another plan, its own report
     bible_study.main(other)
-    assert published()["planned"] == ["residual-e6d6-warmup-seed2"] and published()["settings"]["lr"] == 1e-3
+    assert (
+        bible_report.plan_names(published()) == ["residual-e6d6-warmup-seed2"] and published()["settings"]["lr"] == 1e-3
+    )
     assert "the report in " not in capsys.readouterr().out
 
 
@@ -684,7 +691,7 @@ def test_the_bleu_table_reads_not_finished_where_a_depth_has_no_finished_run_of_
 
 def test_with_its_plan_the_bleu_table_has_a_row_for_every_planned_scheme_and_warmup_and_names_cut_cells():
     args = bible_study.parse_args(["--schemes", "post", "pre", "--nowarmup-schemes", "pre", "--seeds", "1", "2"])
-    plan = [dict(asdict(s), name=s.name) for s in bible_study.plan(args)]  # E6D6 (seeds 1, 2), E12D12 (seed 1)
+    plan = [plan_entry(s) for s in bible_study.plan(args)]  # E6D6 (seeds 1, 2), E12D12 (seed 1)
     done = [dict(p, bleu=b, fails=None) for p, b in zip(plan, (33.79, 32.45))]  # E6D6 with warmup, seed 1
     cut = ["post-e6d6-warmup-seed2", "pre-e6d6-nowarmup-seed2", "pre-e12d12-nowarmup-seed1"]
     rows = table_rows(bible_report.cell_table(done, "bleu", 2, {"plan": plan, "cut": {"runs": cut}}))
