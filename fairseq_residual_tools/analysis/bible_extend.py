@@ -166,7 +166,7 @@ def extend(spec: RunSpec, to: int, data: Dict, args, anew: bool = False) -> Dict
         if not save_dir.exists():
             copy_run(source, save_dir)
         # no plateau stop (a fall below 0 never happens), the cap at ``to``
-        on = Namespace(**{**vars(args), "max_update_cap": to, "plateau_fraction": 0.0})
+        on = Namespace(**{**vars(args), "max_update_cap": to, "plateau_fraction": 0.0, "budget": []})
         git = describe_git(git_state())
         stop = bible_study.train_to_end(spec, data["databin"], save_dir, on, f"{name} to {to}")
         result = dict(asdict(spec), name=f"{name}-to-{to}", key=record["key"], extends=run_id(record))

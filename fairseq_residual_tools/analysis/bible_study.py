@@ -124,20 +124,40 @@ def plateau_rule(args) -> Plateau:
     return Plateau(fraction=args.plateau_fraction, min_updates=args.plateau_min_updates)
 
 
-def judge(valid: Sequence, last_train: int, verdict: str, args) -> Optional[Dict]:
-    """Why a run with validation curve ``valid`` is over, or None: diverged by the rule's NaN / explosion tests
-    (later updates cannot undo those), plateaued, or at the cap; only the validations up to the cap count.
-    ``{"stop": ..., "end_update": U}``."""
-    valid = [(u, loss) for u, loss in valid if u <= args.max_update_cap]
+def judge(valid: Sequence, last_train: int, verdict: str, args, layers: Optional[int] = None) -> Optional[Dict]:
+    """Why a run (of ``layers`` layers) with validation curve ``valid`` is over, or None: diverged by the rule's NaN /
+    explosion tests (later updates cannot undo those); then, where ``--budget`` gives its depth a budget, failed by the
+    rule where it plateaued (such a run does not spend the budget) or at the budget; else plateaued, or at the cap.
+    Only the validations up to the budget or cap count. ``{"stop": ..., "end_update": U}``."""
+    budget = budgets(args).get(layers)
+    limit = args.max_update_cap if budget is None else budget
+    valid = [(u, loss) for u, loss in valid if u <= limit]
     end = valid[-1][0] if valid else last_train
     if diverged(verdict):
         return {"stop": f"diverged: {verdict}", "end_update": end}
     plateaued = plateau_rule(args).reached(valid)
+    if budget is not None:
+        if plateaued is not None and verdict:
+            return {"stop": f"failed by the rule at its plateau: {verdict}", "end_update": end}
+        return {"stop": f"budget of {budget} updates", "end_update": end} if end >= budget else None
     if plateaued is not None:
         return {"stop": "plateau", "end_update": plateaued}
     if end >= args.max_update_cap:
         return {"stop": f"reached --max-update-cap {args.max_update_cap} before the plateau", "end_update": end}
     return None
+
+
+def budgets(args) -> Dict[int, int]:
+    """``--budget``: the updates every run of a depth trains (equal budgets), by depth."""
+    return dict(getattr(args, "budget", None) or {})
+
+
+def plateau_point(valid: Sequence, args) -> Dict:
+    """Where the plateau rule would have stopped a run with validation curve ``valid`` (None: not by its end), and
+    its best validation loss there: what a budgeted run's record holds beside its end at the budget."""
+    update = plateau_rule(args).reached(valid)
+    best = None if update is None else min(loss for u, loss in valid if u <= update)
+    return {"plateau_update": update, "best_valid_loss_at_plateau": best}
 
 
 def diverged(verdict: Optional[str]) -> bool:
@@ -146,10 +166,10 @@ def diverged(verdict: Optional[str]) -> bool:
     return verdict is not None and ("NaN" in verdict or "exploded" in verdict)
 
 
-def stop_reason(log: TrainLog, args) -> Optional[Dict]:
+def stop_reason(log: TrainLog, args, layers: Optional[int] = None) -> Optional[Dict]:
     """``judge`` of the run's log so far (``read_log``)."""
     last_train = log.train[-1][0] if log.train else 0
-    return judge(log.valid, last_train, divergence(log) or "", args)
+    return judge(log.valid, last_train, divergence(log) or "", args, layers)
 
 
 def current_record(path: Path, args) -> Optional[Dict]:
@@ -158,7 +178,7 @@ def current_record(path: Path, args) -> Optional[Dict]:
     if not path.exists():
         return None
     record = json.loads(path.read_text())
-    now = judge(record["valid_curve"], record["end_update"], record["fails"] or "", args)
+    now = judge(record["valid_curve"], record["end_update"], record["fails"] or "", args, record["layers"])
     return record if now == {"stop": record["stop"], "end_update": record["end_update"]} else None
 
 
@@ -171,7 +191,7 @@ def train_to_end(spec: RunSpec, databin: Path, save_dir: Path, args, label: str)
         done = curve[-1][0] if curve else 0
         if done:  # fairseq saves no update checkpoint at an epoch's end: the average would skip this validation
             fill_update_checkpoint(save_dir, done)  # here, not after training: a run killed in between fills it too
-        stop = stop_reason(log, args) if log else None
+        stop = stop_reason(log, args, spec.layers) if log else None
         if stop is not None:
             return stop
         target = (done // args.validate_every + 1) * args.validate_every
@@ -241,6 +261,8 @@ def train_and_record(spec: RunSpec, data: Dict, args, save_dir: Path, record_fil
     result.update(fingerprint=data["fingerprints"][spec], max_update_cap=args.max_update_cap, **stop)
     result.update(outcome(save_dir / "train.out"))
     result["best_valid_loss"] = min((loss for _, loss in result["valid_curve"]), default=None)
+    if spec.layers in budgets(args):
+        result.update(budget=budgets(args)[spec.layers], **plateau_point(result["valid_curve"], args))
     result.update(bleu=None, sacrebleu=None)
     if result["fails"] is None:
         result.update(average_and_score(data["databin"], save_dir, stop["end_update"], args))
@@ -367,6 +389,14 @@ def prepare_data(args) -> Dict:
     return {"databin": out / "bin", "sha256": summary["data_bin_sha256"], "summary": summary}
 
 
+def depth_updates(text: str):
+    depth, _, updates = text.partition("=")
+    try:
+        return int(depth), int(updates)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: write DEPTH=UPDATES, e.g. 6=8750") from None
+
+
 def seeds_at(text: str):
     depth, _, seeds = text.partition("=")
     try:
@@ -405,6 +435,15 @@ def parse_args(argv=None):
     p.add_argument("--plateau-fraction", type=float, default=0.01)
     p.add_argument("--plateau-min-updates", type=int, default=2000)
     p.add_argument("--max-update-cap", type=int, default=30000, help="a guard: raising it trains capped runs on")
+    p.add_argument(
+        "--budget",
+        type=depth_updates,
+        nargs="*",
+        default=[],
+        metavar="DEPTH=UPDATES",
+        help="equal budgets: every run of DEPTH trains UPDATES (not to its plateau); one the rule fails at its plateau "
+        "stops there",
+    )
     p.add_argument("--average", type=int, default=5, help="interval checkpoints averaged for BLEU")
     p.add_argument(
         "--zoom-from", type=int, help="the zoomed curves start here (default: half the longest run, its end's part)"
@@ -418,6 +457,12 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.validate_every <= 0 or args.plateau_min_updates % args.validate_every:
         raise ConfigError("--plateau-min-updates must be a multiple of --validate-every")
+    off = [f"{d}={u}" for d, u in args.budget if u <= 0 or u % args.validate_every or u > args.max_update_cap]
+    if off:
+        raise ConfigError(
+            f"--budget {' '.join(off)}: give a multiple of --validate-every ({args.validate_every}) up to "
+            f"--max-update-cap ({args.max_update_cap})"
+        )
     if (args.cut_after is None and not args.cut) != (not args.cut_reason):
         raise ConfigError(
             "--cut-after or --cut and --cut-reason go together: the report says why the rest was not trained"

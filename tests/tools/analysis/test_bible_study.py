@@ -259,6 +259,56 @@ def test_a_run_that_stopped_at_the_cap_trains_on_when_the_cap_rises_and_a_platea
     assert run("4000")["reused"] and run("9000")["reused"] and len(trainer.targets) == 10
 
 
+def test_with_a_budget_a_run_trains_past_its_plateau_to_the_budget_and_its_record_says_where_the_rule_stopped(
+    tmp_path, monkeypatch
+):
+    trainer = FakeTrainer(plateau_curve)
+    monkeypatch.setattr(bible_study, "run_training", trainer)
+    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring(bleu=lambda end: end / 100))
+    spec = RunSpec("pre", 6, True, 1)
+    data = {"databin": "D", "sha256": "d" * 64, "fingerprints": {spec: "fp"}}
+    args = study_args(tmp_path, "--budget", "6=3500", "12=5000")
+    record = bible_study.run_one(spec, data, args, tmp_path / "o" / "runs", tmp_path / "w" / "runs")
+    assert (record["stop"], record["end_update"], record["budget"], record["bleu"]) == (
+        "budget of 3500 updates",
+        3500,
+        3500,
+        35.0,
+    )
+    assert trainer.targets == list(range(250, 3501, 250))  # on past the plateau at 2500
+    assert (record["plateau_update"], record["best_valid_loss_at_plateau"]) == (2500, 4.24)
+    assert bible_study.run_one(spec, data, args, tmp_path / "o" / "runs", tmp_path / "w" / "runs")["reused"]
+    # the budget's runs are the plateau study's runs (one key): trained on from their checkpoints, not anew
+    assert bible_study.run_key(spec, args, "d" * 64, "fp") == bible_study.run_key(
+        spec, study_args(tmp_path), "d" * 64, "fp"
+    )
+
+
+def test_with_a_budget_a_run_the_rule_fails_at_its_plateau_stops_there_and_a_nan_at_once(tmp_path, monkeypatch):
+    args = study_args(tmp_path, "--budget", "6=5000")
+    stuck = FakeTrainer(lambda update: 9.0)  # training loss 9.5 throughout: no progress
+    monkeypatch.setattr(bible_study, "run_training", stuck)
+    stop = bible_study.train_to_end(RunSpec("post", 6, True, 1), "D", tmp_path / "a", args, "a")
+    assert stop["stop"].startswith("failed by the rule at its plateau: no progress") and stop["end_update"] == 1000
+    assert stuck.targets[-1] == 1000  # the plateau rule's first point (--plateau-min-updates 1000), not the budget
+    nan = FakeTrainer(lambda u: 10 - u / 1000, nan_at=600)
+    monkeypatch.setattr(bible_study, "run_training", nan)
+    stop = bible_study.train_to_end(RunSpec("post", 6, True, 1), "D", tmp_path / "b", args, "b")
+    assert stop["stop"].startswith("diverged: loss became NaN") and nan.targets == [250, 500, 750]
+    # a depth without a budget trains to its plateau as before
+    monkeypatch.setattr(bible_study, "run_training", FakeTrainer(plateau_curve))
+    assert bible_study.train_to_end(RunSpec("pre", 12, True, 1), "D", tmp_path / "c", args, "c") == {
+        "stop": "plateau",
+        "end_update": 2500,
+    }
+
+
+def test_a_budget_off_the_validation_grid_or_above_the_cap_stops_the_study_in_one_line():
+    for budget in ("6=1000.5", "6=1100", "6=40000", "six=1000"):
+        with pytest.raises((ConfigError, SystemExit)):
+            bible_study.parse_args(["--budget", budget])
+
+
 def test_options_that_cannot_make_a_study_stop_in_one_line():
     with pytest.raises(ConfigError, match="multiple of --validate-every"):
         bible_study.parse_args(["--plateau-min-updates", "1100"])
