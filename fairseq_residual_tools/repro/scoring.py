@@ -3,14 +3,16 @@
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import mean
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from fairseq.data import Dictionary
 from fairseq.scoring.bleu import BleuConfig, Scorer
 from sacrebleu.metrics import BLEU
 from sacremoses import MosesDetokenizer
+
+from ..errors import DataError
 
 _HYPOTHESIS = re.compile(r"^H-(\d+)\t[^\t\n]*\t?(.*)$", re.M)  # H-<id>\t<score>\t<text>
 _REFERENCE = re.compile(r"^T-(\d+)\t(.*)$", re.M)
@@ -21,6 +23,7 @@ _BLEU = re.compile(r"^Generate \S+ with beam=\d+: (BLEU4? = ([0-9.]+).*)$", re.M
 class Generation:  # what fairseq-generate printed for one test set, in test-set order
     hypotheses: List[str]  # H- lines (post-processed: BPE removed)
     references: List[str]  # T- lines
+    ids: List[int] = field(default_factory=list)  # fairseq's sample ids, ascending: a line of each list
     fairseq_bleu: Optional[float] = None  # the "Generate ... BLEU4 = x" figure, when printed
     fairseq_bleu_line: str = ""
     command: str = ""  # the fairseq-generate command line
@@ -36,6 +39,7 @@ def parse_generate(text: str) -> Generation:
     return Generation(
         hypotheses=[hyps[i] for i in order],
         references=[refs[i] for i in order],
+        ids=order,
         fairseq_bleu=float(bleu[2]) if bleu else None,
         fairseq_bleu_line=bleu[1] if bleu else "",
     )
@@ -69,6 +73,38 @@ def sacrebleu_score(hypotheses: List[str], references: List[str], tokenize: str 
 def detokenized_sacrebleu(gen: Generation, lang: str) -> Tuple[float, str]:
     """SacreBLEU of Moses-detokenised hypotheses against Moses-detokenised references."""
     return sacrebleu_score(detokenize(gen.hypotheses, lang), detokenize(gen.references, lang))
+
+
+def original_references(gen: Generation, original: Sequence[str], line_of: Optional[Sequence[int]] = None) -> List[str]:
+    """The untouched test text's line for each of ``gen``'s hypotheses, by sample id: fairseq's sample id i is line
+    ``line_of[i]`` of ``original`` (the recipe's record where it drops or reorders lines; else the identity, which
+    then requires one hypothesis per line)."""
+    if line_of is None:
+        if gen.ids != list(range(len(original))):
+            raise DataError(
+                f"fairseq-generate decoded {len(gen.ids)} sentences (sample ids {_span(gen.ids)}) for a test set of "
+                f"{len(original)} lines: decode the whole test subset, or give the recipe's sample-id mapping"
+            )
+        return list(original)
+    outside = [i for i in gen.ids if not 0 <= i < len(line_of)]
+    if outside:
+        raise DataError(f"sample ids {_span(outside)} are not in the recipe's mapping of {len(line_of)} test lines")
+    return [original[line_of[i]] for i in gen.ids]
+
+
+def _span(ids: Sequence[int]) -> str:
+    return f"{min(ids)}-{max(ids)}" if ids else "none"
+
+
+def reference_sacrebleu(hypotheses: Sequence[str], references: Sequence[str], lowercase: bool, target_lang: str = "en"):
+    """sacreBLEU of detokenised ``hypotheses`` against the untouched ``references`` (the test set's own text), as
+    ``sacrebleu REF -i HYP [-lc]`` scores it: ``lowercase`` exactly when the recipe lowercased the text the model
+    learnt (its signature then says ``case:lc``). Returns (score, signature)."""
+    if len(hypotheses) != len(references):
+        raise ValueError(f"{len(hypotheses)} hypotheses for {len(references)} references")
+    metric = BLEU(lowercase=lowercase, tokenize=sacrebleu_tokenizer(target_lang))
+    score = metric.corpus_score(list(hypotheses), [list(references)])
+    return round(score.score, 2), str(metric.get_signature())
 
 
 def sacrebleu_tokenizer(target_lang: str) -> str:

@@ -201,3 +201,56 @@ def test_list_says_evaluated_and_marks_a_result_that_is_not_the_papers_setting_o
     assert rows[cell][:1] == ["evaluated"] and rows["iwslt14/pre/e6d6"][:2] == ["evaluated", "†"]
     assert rows["iwslt14/post/e12d12"][:3] == ["evaluated,", "other", "data"]
     assert rows["iwslt14/post/e6d6"][:2] == ["not", "run"]
+
+
+#: the untouched test text of a recipe that lowercases: the T- round trip (Moses-tokenised, lowercased, BPE, an <unk>,
+#: detokenised) is not it: curly quotes stay split, the case is lost, a rare word is <unk>
+ORIGINAL_REFERENCES = [
+    "Abram’s brother’s son went with him to Zoar.",
+    "Then God said, “Let there be light,” and there was light.",
+]
+ROUND_TRIP = """S-1\tdijo dios : sea la luz
+T-1\tthen god said , “ let there be light , ” and there was light .
+H-1\t-0.3\tthen god said , “ let there be light , ” and there was light .
+S-0\tel hijo del hermano de abram
+T-0\tabram ’ s brother ’ s son went with him to <unk> .
+H-0\t-0.4\tabram ’ s brother ’ s son went with him to zoar .
+"""
+
+
+def test_sacrebleu_scores_the_hypotheses_by_sample_id_against_the_untouched_references_as_the_cli_does(tmp_path):
+    import subprocess
+    import sys
+
+    from sacrebleu.metrics import BLEU
+
+    gen = scoring.parse_generate(ROUND_TRIP)
+    hypotheses = scoring.detokenize(gen.hypotheses, "en")
+    references = scoring.original_references(gen, ORIGINAL_REFERENCES)
+    assert references == ORIGINAL_REFERENCES  # sample id 0 is line 0
+    assert scoring.detokenize(gen.references, "en") != [r.lower() for r in ORIGINAL_REFERENCES]  # the round trip
+    score, signature = scoring.reference_sacrebleu(hypotheses, references, lowercase=True)
+    assert "case:lc" in signature
+    (tmp_path / "ref").write_text("\n".join(ORIGINAL_REFERENCES) + "\n", encoding="utf-8")
+    (tmp_path / "hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    cli = subprocess.run(
+        [sys.executable, "-m", "sacrebleu", str(tmp_path / "ref"), "-i", str(tmp_path / "hyp"), "-lc", "-b", "-w", "2"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert score == float(cli.stdout.strip())
+    # against the round-tripped T- lines the score is another (higher) number: what the project printed before
+    round_trip = BLEU().corpus_score(hypotheses, [scoring.detokenize(gen.references, "en")]).score
+    assert round(round_trip, 2) != score
+    cased, cased_signature = scoring.reference_sacrebleu(hypotheses, references, lowercase=False)
+    assert cased < score and "case:mixed" in cased_signature
+
+
+def test_a_recipes_sample_id_mapping_picks_the_reference_lines_and_a_partial_decoding_is_refused():
+    gen = scoring.parse_generate(ROUND_TRIP)
+    assert scoring.original_references(gen, ["dropped", "a", "b"], line_of=[1, 2]) == ["a", "b"]
+    with pytest.raises(DataError, match="decoded 2 sentences .* test set of 3 lines"):
+        scoring.original_references(gen, ["x", "y", "z"])
+    with pytest.raises(DataError, match="not in the recipe's mapping"):
+        scoring.original_references(gen, ["x", "y"], line_of=[0])
