@@ -60,12 +60,13 @@ def fill_update_checkpoint(folder, update: int) -> Optional[Path]:
     return target
 
 
-def average(paths: Sequence[Path]) -> dict:
+def average(paths: Sequence[Path], quiet: bool = False) -> dict:
     """The newest of ``paths``' states, its model's floating-point tensors replaced by their means over ``paths``,
     without the optimizer state."""
     total, newest, newest_updates, first = {}, None, -1, None
     for i, path in enumerate(paths):
-        print(f"reading {path} ({i + 1} of {len(paths)})", flush=True)
+        if not quiet:
+            print(f"reading {path} ({i + 1} of {len(paths)})", flush=True)
         state = read_checkpoint(str(path))
         params = state["model"]
         if first is None:
@@ -84,9 +85,9 @@ def average(paths: Sequence[Path]) -> dict:
     return {**{k: v for k, v in newest.items() if k != "last_optimizer_state"}, "model": averaged}
 
 
-def write_average(paths: Sequence[Path], out: Path) -> Path:
+def write_average(paths: Sequence[Path], out: Path, quiet: bool = False) -> Path:
     """``average(paths)`` written to ``out`` (a kill leaves ``out`` as it was, or complete)."""
-    checkpoint_utils.torch_persistent_save(average(paths), str(out))
+    checkpoint_utils.torch_persistent_save(average(paths, quiet), str(out))
     return out
 
 

@@ -191,6 +191,7 @@ def train_to_end(spec: RunSpec, databin: Path, save_dir: Path, args, label: str)
         done = curve[-1][0] if curve else 0
         if done:  # fairseq saves no update checkpoint at an epoch's end: the average would skip this validation
             fill_update_checkpoint(save_dir, done)  # here, not after training: a run killed in between fills it too
+            keep_average(save_dir, done, args.average)
         stop = stop_reason(log, args, spec.layers) if log else None
         if stop is not None:
             return stop
@@ -204,6 +205,29 @@ def train_to_end(spec: RunSpec, databin: Path, save_dir: Path, args, label: str)
             raise RunError(f"{label}: fairseq-train", 0, f"stopped before validating at update {target}", out_file)
 
 
+#: in a run's folder: the averaged model at each of its validations (``keep_average``)
+AVERAGES = "averages"
+
+
+def averaged_at(save_dir: Path, update: int) -> Path:
+    return Path(save_dir) / AVERAGES / f"at-{update}.pt"
+
+
+def keep_average(save_dir: Path, update: int, n: int) -> Optional[Path]:
+    """The average of the run's last ``n`` interval checkpoints up to ``update`` (fewer before its ``n``-th
+    validation), kept at every validation in ``AVERAGES`` (a model without optimizer state): what scores the run at
+    any other run's end, both ways, once fairseq has deleted those checkpoints. None where the checkpoint at
+    ``update`` is not there (a run trained before averages were kept)."""
+    out = averaged_at(save_dir, update)
+    if out.is_file():
+        return out
+    found = numbered_checkpoints(save_dir, "update", upper_bound=update)[:n]
+    if not found or found[0][1] != update:
+        return None
+    out.parent.mkdir(exist_ok=True)
+    return write_average([p for p, _ in found], out, quiet=True)
+
+
 def average_and_score(databin: Path, save_dir: Path, end_update: int, args) -> Dict:
     """The last ``--average`` interval checkpoints up to ``end_update`` averaged, the test set decoded (beam 5) and
     scored as the paper's IWSLT table (``score_iwslt``)."""
@@ -212,7 +236,9 @@ def average_and_score(databin: Path, save_dir: Path, end_update: int, args) -> D
     found = numbered_checkpoints(save_dir, "update", upper_bound=end_update)[: args.average]
     if not found:
         raise DataError(f"{save_dir} holds no interval checkpoint up to update {end_update} to average")
-    averaged = write_average([p for p, _ in found], save_dir / f"average{len(found)}-at-{end_update}.pt")
+    averaged = keep_average(save_dir, end_update, args.average) or write_average(
+        [p for p, _ in found], save_dir / f"average{len(found)}-at-{end_update}.pt"
+    )
     task_args = ["--source-lang", args.src, "--target-lang", args.tgt]
     gen = evaluate.generate(databin, averaged, True, "test", task_args, "@@ ", save_dir / "generate-test.out")
     return {

@@ -309,6 +309,25 @@ def test_a_budget_off_the_validation_grid_or_above_the_cap_stops_the_study_in_on
             bible_study.parse_args(["--budget", budget])
 
 
+def test_an_averaged_model_is_kept_at_every_validation_so_a_run_can_be_scored_at_any_other_runs_end(tmp_path):
+    import torch
+
+    def save(update):  # the fields of a fairseq-train checkpoint that averaging reads
+        model = {"w": torch.full((2,), float(update))}
+        state = {"model": model, "optimizer_history": [{"num_updates": update}], "last_optimizer_state": {"s": 1}}
+        torch.save(state, tmp_path / f"checkpoint_1_{update}.pt")
+
+    for update in (250, 500, 750):
+        save(update)
+        kept = bible_study.keep_average(tmp_path, update, 2)
+        assert kept == bible_study.averaged_at(tmp_path, update)
+    (tmp_path / "checkpoint_1_250.pt").unlink()  # fairseq's --keep-interval-updates deletes the old ones
+    at = {u: torch.load(bible_study.averaged_at(tmp_path, u), weights_only=False) for u in (250, 500, 750)}
+    assert [at[u]["model"]["w"][0].item() for u in (250, 500, 750)] == [250.0, 375.0, 625.0]  # the last two
+    assert all("last_optimizer_state" not in a for a in at.values())  # a model, not a checkpoint to resume
+    assert bible_study.keep_average(tmp_path, 1000, 2) is None  # no checkpoint at 1000: nothing to average there
+
+
 def test_options_that_cannot_make_a_study_stop_in_one_line():
     with pytest.raises(ConfigError, match="multiple of --validate-every"):
         bible_study.parse_args(["--plateau-min-updates", "1100"])
