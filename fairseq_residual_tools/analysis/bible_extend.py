@@ -35,10 +35,10 @@ from ..markdown import table
 from ..provenance import describe_git, git_state, provenance
 from ..training_log import outcome
 from . import bible_study
-from .bible_report import REFERENCES, hypotheses_file, run_id
+from .bible_report import CHAPTERS, REFERENCES, TestSet, run_id
 from .fingerprint import model_fingerprint
 from .plateau import best_until
-from .significance import paired_bootstrap
+from .significance import holm
 from .study import RunSpec
 
 EXTENDED = "extended"
@@ -109,17 +109,15 @@ def copy_run(source: Path, dest: Path) -> None:
 
 def compare(extended: Dict, out: Path, others: Sequence[Dict], runs: Path) -> List[Dict]:
     """Each scored run of ``others`` (the cell's finished runs, the extended one at its plateau among them; a failed
-    run has no translations) tested against the extension: its sacreBLEU, difference (other minus extension), 95 %
-    interval and p."""
-    others = [r for r in others if r["bleu"] is not None]
-    references = (out / REFERENCES).read_text(encoding="utf-8").splitlines()
-    systems: Dict[str, Sequence[str]] = {
-        run_id(r): hypotheses_file(runs, r).read_text(encoding="utf-8").splitlines() for r in others
-    }
-    baseline = hypotheses_file(out, extended).read_text(encoding="utf-8").splitlines()
-    score, compared, signature = paired_bootstrap(baseline, systems, references)
-    rows = [dict(compared[run_id(r)], name=r["name"], end_update=r["end_update"]) for r in others]
-    return [dict(row, against_sacrebleu=score, signature=signature) for row in rows]
+    run has no translations) tested against the extension (its translations in ``out``): its sacreBLEU, difference
+    (other minus extension), 95 % interval and two-sided p, chapters resampled (``bible_report.TestSet``)."""
+    test_set = TestSet.beside(runs)
+    if test_set is None:
+        raise ConfigError(f"{runs} holds no {REFERENCES} and {CHAPTERS}: score the study's runs first")
+    rows = []
+    for r in (r for r in others if r["bleu"] is not None):
+        rows.append(dict(test_set.test(r, extended, out), name=r["name"], end_update=r["end_update"]))
+    return [dict(row, test=test_set.describe()) for row in rows]
 
 
 def compare_again(result: Dict, done: Path, spec: RunSpec, data: Dict, args) -> List[str]:
@@ -179,7 +177,7 @@ def extend(spec: RunSpec, to: int, data: Dict, args, anew: bool = False) -> Dict
         result.update(bleu=None, sacrebleu=None, compared=[])
         if result["fails"] is None:
             result.update(bible_study.average_and_score(data["databin"], save_dir, to, args))
-            bible_study.keep_test_output(save_dir / "generate-test.out", out, result, args.tgt)
+            bible_study.keep_test_output(save_dir / "generate-test.out", out, result, args.tgt, data["databin"])
             others = bible_study.finished(cell(spec, args), data, args)
             result["compared"] = compare(result, out, others, Path(args.out) / "runs")
         result.update(provenance=provenance())
@@ -205,13 +203,15 @@ def write_readme(out: Path) -> None:
         "Each is a finished run of the study trained on, from its last checkpoint, to a later update (usually where",
         "another run of its cell ended), then averaged and scored as the study does (`bible_extend`). Not a run of",
         "the plan: its table keeps each run where the plateau rule ended it. Differences are other run minus the",
-        "extension (sacreBLEU's paired bootstrap on the test set). Where the run's checkpoints were gone, it was",
-        "trained again from update 0 (`--anew`), and its section says whether that is the same run. A run that",
-        "failed by the rule without diverging (no progress, stuck on a plateau) is trained on the same way, to see",
-        "whether more updates get it out; it is scored only if the rule no longer fails it.\n",
+        "extension (a two-sided paired bootstrap resampling the test set's chapters). Where the run's checkpoints",
+        "were gone, it was trained again from update 0 (`--anew`), and its section says whether that is the same",
+        "run. A run that failed by the rule without diverging (no progress, stuck on a plateau) is trained on the",
+        "same way, to see whether more updates get it out; it is scored only if the rule no longer fails it.\n",
     ]
-    for path in sorted(out.glob("*.json")):
-        r = json.loads(path.read_text(encoding="utf-8"))
+    records = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(out.glob("*.json"))]
+    # every comparison of the page is one family for Holm's correction
+    adjusted = iter(holm([c["p"] for r in records for c in r["compared"]]))
+    for r in records:
         at_plateau = best_until(r["valid_curve"], r["from_update"])
         where = f"where the rule failed it ({r['source_fails']})" if r.get("source_fails") else "at its plateau"
         parts.append(f"## {r['name']}\n")
@@ -227,14 +227,18 @@ def write_readme(out: Path) -> None:
             + (f"BLEU {r['bleu']:.2f}, sacreBLEU {r['sacrebleu']:.2f}.\n" if r["bleu"] is not None else not_scored(r))
         )
         if r["compared"]:
-            rows = [
-                [c["name"], f"{c['end_update']:,}", f"{c['sacrebleu']:.2f}", f"{c['delta']:+.2f}", f"± {c['ci95']:.2f}"]
-                + ["-" if c["p"] is None else f"{c['p']:.3f}"]
-                for c in r["compared"]
-            ]
-            headers = ["run", "ended at", "sacreBLEU", "difference", "95 % interval", "p"]
+            rows = []
+            for c in r["compared"]:
+                p_holm = next(adjusted)
+                rows.append(
+                    [c["name"], f"{c['end_update']:,}", f"{c['sacrebleu']:.2f}", f"{c['delta']:+.2f}"]
+                    + [f"[{c['ci95'][0]:+.2f}, {c['ci95'][1]:+.2f}]"]
+                    + ["-" if c["p"] is None else f"{c['p']:.4f}", "-" if p_holm is None else f"{p_holm:.4f}"]
+                )
+            headers = ["run", "ended at", "sacreBLEU", "difference", "95 % interval", "p", "Holm p"]
             parts.append(f"Against it (sacreBLEU {r['sacrebleu']:.2f}):\n\n{table(headers, rows)}\n")
-            parts.append(f"Signature: `{r['compared'][0]['signature']}`.\n")
+            parts.append(f"Test: {r['compared'][0]['test']}; Holm's correction over every comparison on this page.\n")
+            parts.append(f"sacreBLEU signature: `{r['sacrebleu_signature']}`.\n")
         parts.append(f"Command: `{command_of(r)}` at {r['git']}.\n")
     write_text(out / "README.md", "\n".join(parts))
 

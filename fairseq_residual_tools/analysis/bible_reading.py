@@ -16,16 +16,17 @@ the rule stopped it), so they are also compared at the same budget, the update `
 
     L_scheme(<= U) = min_{u <= U} L_scheme(u)
 
-A BLEU difference is one the test set tells apart where sacreBLEU's paired bootstrap gives p <= ``ALPHA``
-(``bible_report.comparisons``)."""
+A sacreBLEU difference is one the test set tells apart where the chapter-level two-sided paired bootstrap,
+Holm-corrected over the report's comparisons, gives p < ``significance.ALPHA`` (``bible_report.comparisons``); a claim
+over seeds needs that at every seed (``significance.at_every_seed``)."""
 
 from typing import Dict, List, Optional, Sequence
 
 from .plateau import best_until
+from .significance import at_every_seed, told_apart
 from .study import format_cell, loss_at
 
 EARLY = 1000  # where the project's short CPU runs stop, and ResiDual trails there (results/output-scale)
-ALPHA = 0.05
 NAMES = {
     "post": "Post-LN",
     "pre": "Pre-LN",
@@ -69,8 +70,8 @@ def bleu_difference(compared: Optional[Dict]) -> str:
         return "BLEU not compared"
     if compared["p"] is None:
         return "the same sacreBLEU"
-    told = "told apart" if compared["p"] <= ALPHA else "within the test set's noise"
-    return f"sacreBLEU {compared['delta']:+.2f} (p = {compared['p']:.3f}: {told})"
+    told = "told apart" if told_apart(compared) else "within the test set's noise"
+    return f"sacreBLEU {compared['delta']:+.2f} (Holm p = {compared['p_holm']:.3f}: {told})"
 
 
 def early_gap(residual: Dict, pre: Dict) -> str:
@@ -177,7 +178,9 @@ def seeds_reading(results: Sequence[Dict], compared: Sequence[Dict]) -> List[str
             each = ", ".join(
                 f"at seed {c['seed']} {bleu_difference(c)}" for c in sorted(tests, key=lambda c: c["seed"])
             )
-            said.append(f"ResiDual against Pre-LN: {each}.")
+            verdicts = {1: "above Pre-LN at every seed", -1: "below Pre-LN at every seed"}
+            verdict = verdicts.get(at_every_seed(tests) or 0, "not told apart from Pre-LN at every seed")
+            said.append(f"ResiDual against Pre-LN: {each}: {verdict}.")
         paragraphs.append(" ".join(said))
     return paragraphs
 

@@ -13,7 +13,7 @@ from ..training_log import RULE as FAILS_RULE
 from .bible_reading import AFTER_RESIDUAL, shallower, with_warmup
 from .bible_reading import reading as computed_reading
 from .plateau import Plateau, best_until
-from .significance import RESAMPLES, paired_bootstrap
+from .significance import RESAMPLES, Draws, paired_test, sentence_statistics, with_holm
 from .study import ablation_table, failure_list, format_cell, losses_at_table
 
 #: the paper's IWSLT-14 BLEU (shared/paper/README.md: its Table 1 and warmup ablation), for the report's side table
@@ -31,9 +31,11 @@ PAGES = (ROOT / "README.md", ROOT / "docs" / "results.md")
 #: the validation points shown beside the end: where the project's other figures stop (500-2,000) and 4,000, two
 #: thirds of the way to where the study's recipe ends (Pre-LN E6D6: 6,000)
 ALONG_THE_WAY = (500, 1000, 2000, 4000)
-#: beside the records in OUT/runs: each scored run's test translations and, once, the references (Moses-detokenised,
-#: as sacreBLEU scores them), for the paired bootstrap
-HYPOTHESES, REFERENCES = ".test.detok", "test-references.detok"
+#: beside the records in OUT/runs: each scored run's test translations (Moses-detokenised) and, once, the untouched
+#: test verses and the chapter of each: what sacreBLEU and the significance test read
+HYPOTHESES, REFERENCES, CHAPTERS = ".test.detok", "test-references.txt", "test-chapters.txt"
+#: the Bible recipe lowercases what the model learns: sacreBLEU scores with -lc (signature "case:lc")
+LOWERCASED = True
 UNDER_WAY_PNG = "under_way.png"  # the curves of the runs not finished yet, beside their snapshot
 README_BLOCK = (
     "<!-- the Bible study's table, written from results/bible-study/results.json by the study: do not edit -->",
@@ -208,23 +210,48 @@ def baselines(scheme: str) -> Sequence[str]:
     return ("pre", "residual") if follows_residual else ("pre",)
 
 
+class TestSet:
+    """The untouched test verses and their chapters beside the records in ``runs``, each run's sentence statistics
+    (computed once), and the chapter draws every comparison of one report shares."""
+
+    def __init__(self, runs: Path):
+        self.runs = runs
+        self.references = (runs / REFERENCES).read_text(encoding="utf-8").splitlines()
+        self.draws = Draws.of((runs / CHAPTERS).read_text(encoding="utf-8").splitlines(), "chapters")
+        self.statistics: Dict[str, object] = {}
+
+    @classmethod
+    def beside(cls, runs: Path) -> Optional["TestSet"]:
+        return cls(runs) if (runs / REFERENCES).is_file() and (runs / CHAPTERS).is_file() else None
+
+    def of(self, run: Dict, folder: Optional[Path] = None):
+        key = run_id(run)
+        if key not in self.statistics:
+            lines = hypotheses_file(folder or self.runs, run).read_text(encoding="utf-8").splitlines()
+            self.statistics[key] = sentence_statistics(lines, self.references, LOWERCASED)
+        return self.statistics[key]
+
+    def test(self, system: Dict, baseline: Dict, baseline_folder: Optional[Path] = None) -> Dict:
+        """``significance.paired_test`` of ``system``'s translations against ``baseline``'s (those beside the
+        records, or in ``baseline_folder``)."""
+        return paired_test(self.of(system), self.of(baseline, baseline_folder), self.draws)
+
+    def describe(self) -> str:
+        return f"{self.draws.describe()}; Holm's correction over the report's comparisons"
+
+
 def comparisons(results: List[Dict], runs: Path) -> Tuple[List[Dict], str]:
     """Each scored run against its ``baselines`` of the same depth, warmup and seed, a cell's best run by BLEU
     against its second where no baseline pairs them, each run without warmup against its scheme with warmup of
     the same depth and seed (the paper's ablation), and each run at a deeper depth against its scheme at the nearest
-    depth below, of the same warmup and seed: sacreBLEU's paired bootstrap on their test translations
-    (``significance``). Rows: the cell, scheme, against (``against_warmup``, ``against_layers`` where it is another
-    depth: the run it is tested against), both sacreBLEUs, difference, interval and p; and the test's signature (""
-    where nothing was compared)."""
-    if not (runs / REFERENCES).is_file():
+    depth below, of the same warmup and seed: the chapter-level paired bootstrap (``significance``) on their test
+    translations, Holm-corrected over all of them (the report's one family). Rows: the cell, scheme, against
+    (``against_warmup``, ``against_layers`` where it is another depth: the run it is tested against), both
+    sacreBLEUs, difference, interval, p and Holm's p; and the test's description ("" where nothing was compared)."""
+    test_set = TestSet.beside(runs)
+    if test_set is None:
         return [], ""
-    references = (runs / REFERENCES).read_text(encoding="utf-8").splitlines()
-
-    def translations(run):
-        return hypotheses_file(runs, run).read_text(encoding="utf-8").splitlines()
-
     rows: List[Dict] = []
-    signature = ""
     scored = [r for r in results if not r["fails"] and hypotheses_file(runs, r).is_file()]
     for layers, warmup, seed in dict.fromkeys((r["layers"], r["warmup"], r["seed"]) for r in scored):
         cell = {r["scheme"]: r for r in scored if (r["layers"], r["warmup"], r["seed"]) == (layers, warmup, seed)}
@@ -232,49 +259,69 @@ def comparisons(results: List[Dict], runs: Path) -> Tuple[List[Dict], str]:
         ranked = sorted(cell, key=lambda s: -cell[s]["bleu"])
         if len(ranked) > 1 and not {(ranked[0], ranked[1]), (ranked[1], ranked[0])} & set(pairs):
             pairs.append((ranked[0], ranked[1]))  # the best against its second
-        for against in dict.fromkeys(b for _, b in pairs):
-            systems = {s: translations(cell[s]) for s, b in pairs if b == against}
-            base_score, compared, signature = paired_bootstrap(translations(cell[against]), systems, references)
-            for scheme in systems:
-                where = dict(layers=layers, warmup=warmup, seed=seed, scheme=scheme, against=against)
-                rows.append({**where, "against_warmup": warmup, "against_sacrebleu": base_score, **compared[scheme]})
+        for scheme, against in pairs:
+            where = dict(layers=layers, warmup=warmup, seed=seed, scheme=scheme, against=against)
+            rows.append({**where, "against_warmup": warmup, **test_set.test(cell[scheme], cell[against])})
     for cold in (r for r in scored if not r["warmup"]):
         warm = with_warmup(cold, scored)
         if warm is not None:
             scheme = cold["scheme"]
-            base_score, compared, signature = paired_bootstrap(
-                translations(warm), {scheme: translations(cold)}, references
-            )
             where = dict(layers=cold["layers"], warmup=False, seed=cold["seed"], scheme=scheme, against=scheme)
-            rows.append({**where, "against_warmup": True, "against_sacrebleu": base_score, **compared[scheme]})
+            rows.append({**where, "against_warmup": True, **test_set.test(cold, warm)})
     for deep in scored:
         shallow = shallower(deep, scored)
         if shallow is not None:
             scheme = deep["scheme"]
-            base_score, compared, signature = paired_bootstrap(
-                translations(shallow), {scheme: translations(deep)}, references
-            )
             where = dict(layers=deep["layers"], warmup=deep["warmup"], seed=deep["seed"], scheme=scheme, against=scheme)
             where.update(against_warmup=deep["warmup"], against_layers=shallow["layers"])
-            rows.append({**where, "against_sacrebleu": base_score, **compared[scheme]})
-    return rows, signature
+            rows.append({**where, **test_set.test(deep, shallow)})
+    return with_holm(rows), test_set.describe() if rows else ""
+
+
+def same_comparison(row: Dict) -> Tuple:
+    """What a comparison is apart from its seed."""
+    keys = ("layers", "warmup", "scheme", "against", "against_warmup", "against_layers")
+    return tuple(row.get(k) for k in keys)
+
+
+def every_seed_column(compared: List[Dict]) -> List[str]:
+    """For each row, whether its comparison tells the two apart with one sign at every seed it was made at
+    (``significance.at_every_seed``): "above" / "below" / "no"; "one seed" where it was made at one."""
+    from .significance import at_every_seed
+
+    groups: Dict[Tuple, List[Dict]] = {}
+    for c in compared:
+        groups.setdefault(same_comparison(c), []).append(c)
+    column = []
+    for c in compared:
+        group = groups[same_comparison(c)]
+        verdict = at_every_seed(group)
+        column.append("one seed" if len(group) < 2 else {1: "above", -1: "below", None: "no"}[verdict])
+    return column
 
 
 def significance_table(compared: List[Dict], signature: str) -> str:
-    """``comparisons``' rows as a table with the test's signature; a sentence where nothing was compared."""
+    """``comparisons``' rows as a table with the test's description; a sentence where nothing was compared."""
     if not compared:
         return "No cell has two scored runs yet."
     rows = []
-    for c in compared:
-        p = "-" if c["p"] is None else f"{c['p']:.3f}"
+    for c, every in zip(compared, every_seed_column(compared)):
         rows.append([f"E{c['layers']}D{c['layers']}", "yes" if c["warmup"] else "no", c["seed"], c["scheme"]])
         against = c["against"] + (" with warmup" if c["against_warmup"] and not c["warmup"] else "")
         below = c.get("against_layers", c["layers"])
         against += f" at E{below}D{below}" if below != c["layers"] else ""
         rows[-1] += [against, f"{c['against_sacrebleu']:.2f}", f"{c['sacrebleu']:.2f}", f"{c['delta']:+.2f}"]
-        rows[-1] += [f"± {c['ci95']:.2f}", p]
+        rows[-1] += [f"[{c['ci95'][0]:+.2f}, {c['ci95'][1]:+.2f}]"]
+        rows[-1] += ["-" if c["p"] is None else f"{c['p']:.4f}", "-" if c["p_holm"] is None else f"{c['p_holm']:.4f}"]
+        rows[-1] += [every]
     headers = ["depth", "warmup", "seed", "scheme", "against", "against: sacreBLEU", "sacreBLEU", "difference"]
-    return f"{table(headers + ['95 % interval', 'p'], rows)}\n\nSignature: `{signature}`."
+    headers += ["95 % interval", "p", "Holm p", "at every seed"]
+    return f"{table(headers, rows)}\n\nTest: {signature}."
+
+
+def test_set_size(runs: Path) -> str:
+    chapters = runs / CHAPTERS
+    return f"{len(set(chapters.read_text(encoding='utf-8').splitlines())):,}" if chapters.is_file() else "?"
 
 
 def published_block(results: Dict) -> str:
@@ -400,7 +447,7 @@ measured here**:
 
 {paper_table()}
 
-## sacreBLEU (Moses-detokenised output against the detokenised references)
+## sacreBLEU (Moses-detokenised output against the untouched test verses, lowercased as the recipe lowercases)
 
 {cell_table(results, "sacrebleu", 2, meta)}
 
@@ -408,14 +455,18 @@ Signature: `{signature}`.
 
 ## Which differences the test set can tell apart
 
-sacreBLEU's paired bootstrap (`--paired-bs`: {RESAMPLES:,} resamples of the {data["pairs"]["test"]:,} test verses, the
-same draws for both runs) of each run against Pre-LN of the same depth, warmup and seed, of ResiDual's options and
-the designs that came after it (`hc`, `siamese`, `attn-res`) also against ResiDual, of a cell's best run
-against its second where neither is the other's baseline, of each run without warmup against its scheme with
-warmup of the same depth and seed ("with warmup"), and of each run at a deeper depth against its scheme at the
-nearest depth below, of the same warmup and seed (e.g. "pre at E6D6"). "p": how often a difference at least as
-large arises from the resampling alone; the interval is the run's BLEU over the resamples. A difference with p
-above 0.05 is one this test set cannot tell from noise; one seed says nothing of the spread over seeds.
+A two-sided paired bootstrap of each sacreBLEU difference that resamples the test set's
+{test_set_size(out / "runs")} whole chapters (verses of a chapter share names and style: resampled as if
+independent they understate the noise), {RESAMPLES:,} resamples, the same draws for every comparison
+(`analysis/significance.py`), of each run against Pre-LN of the same depth, warmup and seed, of ResiDual's options
+and the designs that came after it (`hc`, `siamese`, `attn-res`) also against ResiDual, of a cell's best run against
+its second where neither is the other's baseline, of each run without warmup against its scheme with warmup of the
+same depth and seed ("with warmup"), and of each run at a deeper depth against its scheme at the nearest depth below,
+of the same warmup and seed (e.g. "pre at E6D6"). "p": how often the resampled difference, centred on zero, is at
+least as far from zero as the one measured; "Holm p": p corrected by Holm's method over every comparison in this
+table (one family). A difference with Holm p above 0.05 is one this test set cannot tell from noise. "at every
+seed": where the comparison was made at several seeds, whether each tells the two apart with the same sign (a claim
+that one scheme ends above another needs that).
 
 {significance_table(compared, test_signature)}
 

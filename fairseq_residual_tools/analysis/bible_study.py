@@ -42,7 +42,7 @@ from ..folder_lock import held
 from ..provenance import ROOT, describe_git, git_state, provenance
 from ..runner import PLUGIN_DIR, RunError, fairseq_command
 from ..training_log import TrainLog, divergence, outcome, read_log
-from .bible_report import PAGES, REFERENCES, cell_table, hypotheses_file, publish, run_id, write_report
+from .bible_report import CHAPTERS, PAGES, REFERENCES, cell_table, hypotheses_file, publish, run_id, write_report
 from .fingerprint import model_fingerprint
 from .plateau import Plateau
 from .study import RunSpec, print_validation, run_in_pool
@@ -129,7 +129,7 @@ def judge(valid: Sequence, last_train: int, verdict: str, args, layers: Optional
     explosion tests (later updates cannot undo those); then, where ``--budget`` gives its depth a budget, failed by the
     rule where it plateaued (such a run does not spend the budget) or at the budget; else plateaued, or at the cap.
     Only the validations up to the budget or cap count. ``{"stop": ..., "end_update": U}``."""
-    budget = budgets(args).get(layers)
+    budget = budgets(args).get(layers) if layers is not None else None
     limit = args.max_update_cap if budget is None else budget
     valid = [(u, loss) for u, loss in valid if u <= limit]
     end = valid[-1][0] if valid else last_train
@@ -230,7 +230,8 @@ def keep_average(save_dir: Path, update: int, n: int) -> Optional[Path]:
 
 def average_and_score(databin: Path, save_dir: Path, end_update: int, args) -> Dict:
     """The last ``--average`` interval checkpoints up to ``end_update`` averaged, the test set decoded (beam 5) and
-    scored as the paper's IWSLT table (``score_iwslt``)."""
+    scored: fairseq's tokenised BLEU, the paper's IWSLT measure (``score_iwslt``), and sacreBLEU of the detokenised
+    translations against the untouched test verses (``test_text``), lowercased as the recipe lowercases."""
     from ..repro import evaluate, scoring  # fairseq: loaded only to score
 
     found = numbered_checkpoints(save_dir, "update", upper_bound=end_update)[: args.average]
@@ -241,11 +242,32 @@ def average_and_score(databin: Path, save_dir: Path, end_update: int, args) -> D
     )
     task_args = ["--source-lang", args.src, "--target-lang", args.tgt]
     gen = evaluate.generate(databin, averaged, True, "test", task_args, "@@ ", save_dir / "generate-test.out")
+    test = test_text(databin)
+    hypotheses = scoring.detokenize(gen.hypotheses, args.tgt)
+    references = scoring.original_references(gen, test["references"])
+    sacre, signature = scoring.reference_sacrebleu(hypotheses, references, test["lowercase"], args.tgt)
     return {
         "averaged": [p.name for p, _ in found],
         "generate_command": gen.command,
         **scoring.score_iwslt(gen, args.tgt),
+        "sacrebleu": sacre,
+        "sacrebleu_signature": signature,
     }
+
+
+def test_text(databin) -> Dict:
+    """The untouched test verses (``references``), the chapter of each (``documents``) and whether the recipe
+    lowercased what the model learnt (``lowercase``): the data prep's ``test_text`` record beside the data-bin."""
+    folder = Path(databin).parent
+    summary = folder / "summary.json"
+    record = json.loads(summary.read_text(encoding="utf-8")).get("test_text") if summary.is_file() else None
+    if record is None:
+        raise DataError(
+            f"{summary} records no untouched test text (prepared before it was kept): run data-prep/prepare-bible.sh "
+            "with the same options again, which adds it without redoing the data-bin"
+        )
+    lines = {k: (folder / record[k]).read_text(encoding="utf-8").splitlines() for k in ("references", "documents")}
+    return {**lines, "lowercase": record["lowercase"]}
 
 
 def run_one(spec: RunSpec, data: Dict, args, records: Path, runs_dir: Path) -> Dict:
@@ -292,27 +314,31 @@ def train_and_record(spec: RunSpec, data: Dict, args, save_dir: Path, record_fil
     result.update(bleu=None, sacrebleu=None)
     if result["fails"] is None:
         result.update(average_and_score(data["databin"], save_dir, stop["end_update"], args))
-        keep_test_output(save_dir / "generate-test.out", record_file.parent, result, args.tgt)
+        keep_test_output(save_dir / "generate-test.out", record_file.parent, result, args.tgt, data["databin"])
     result.update(provenance=provenance(), wall_seconds_this_attempt=round(time.time() - started, 1))
     write_json(record_file, result)
     return dict(result, reused=False)
 
 
-def keep_test_output(generate_out: Path, records: Path, run: Dict, lang: str) -> None:
-    """The run's test translations beside its record and, once, the references, Moses-detokenised as sacreBLEU
-    scored them (``bible_report.HYPOTHESES`` / ``REFERENCES``): what the report's paired bootstrap compares."""
-    from ..repro.scoring import detokenize, parse_generate
+def keep_test_output(generate_out: Path, records: Path, run: Dict, lang: str, databin) -> None:
+    """The run's test translations beside its record, Moses-detokenised in the test set's order, and, once, the
+    untouched test verses and their chapters (``bible_report.REFERENCES`` / ``CHAPTERS``): what the report's
+    significance test compares."""
+    from ..repro.scoring import detokenize, original_references, parse_generate
 
     gen = parse_generate(generate_out.read_text(encoding="utf-8"))
-    references, known = detokenize(gen.references, lang), records / REFERENCES
-    if known.is_file() and known.read_text(encoding="utf-8").splitlines() != references:
-        raise DataError(f"{generate_out} decoded other references than {known} holds: one report, one test set")
-    if not known.is_file():
-        write_lines(known, references)
+    test = test_text(databin)
+    original_references(gen, test["references"])  # one translation for each test verse, or a one-line error
+    for name, lines in ((REFERENCES, test["references"]), (CHAPTERS, test["documents"])):
+        known = records / name
+        if known.is_file() and known.read_text(encoding="utf-8").splitlines() != lines:
+            raise DataError(f"{known} holds another test set than {databin}'s: one report, one test set")
+        if not known.is_file():
+            write_lines(known, lines)
     write_lines(hypotheses_file(records, run), detokenize(gen.hypotheses, lang))
 
 
-def backfill_test_outputs(results: Sequence[Dict], args) -> None:
+def backfill_test_outputs(results: Sequence[Dict], args, databin) -> None:
     """``keep_test_output`` for scored records from before it: from the run's ``generate-test.out`` in ``--work``,
     when that decoding is the one the record scored (the same BLEU line)."""
     from ..repro.scoring import parse_generate
@@ -323,7 +349,7 @@ def backfill_test_outputs(results: Sequence[Dict], args) -> None:
         if run["bleu"] is None or hypotheses_file(records, run).is_file() or not out_file.is_file():
             continue
         if parse_generate(out_file.read_text(encoding="utf-8")).fairseq_bleu_line == run["bleu_detail"]:
-            keep_test_output(out_file, records, run, args.tgt)
+            keep_test_output(out_file, records, run, args.tgt, databin)
 
 
 def run_name(spec: RunSpec, data: Dict, args) -> Tuple[str, str]:
@@ -584,7 +610,7 @@ def main(argv=None):
 
     def report():
         results = finished(shown_specs, data, shown)
-        backfill_test_outputs(results, args)
+        backfill_test_outputs(results, args, data["databin"])
         running = under_way(shown_trained, data, shown)
         write_report(results, {**meta, "provenance": provenance()}, Path(args.out), running)
         if results and Path(args.out).resolve() == DEFAULT_OUT.resolve():

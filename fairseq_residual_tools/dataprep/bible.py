@@ -181,6 +181,20 @@ def write_splits(aligned: Path, langs: Sequence[str], sizes: Dict[str, int], tmp
             write_lines(tmp / f"{split}.raw.{lang}", [lines[lang][i] for i in chosen])
 
 
+#: beside the data-bin: the test verses as the modules give them, and the chapter of each (sacreBLEU's references and
+#: the unit its significance test resamples)
+TEST_TEXT = "test-text"
+
+
+def write_test_text(tmp: Path, langs: Sequence[str], out: Path):
+    """``out/test.<lang>``: the held-out test verses before any tokenising or lowercasing; ``out/test.chapters``: the
+    book and chapter of each line."""
+    out.mkdir(parents=True, exist_ok=True)
+    for lang in langs:
+        write_lines(out / f"test.{lang}", (tmp / f"test.raw.{lang}").read_text(encoding="utf-8").splitlines())
+    write_lines(out / "test.chapters", [f"{book} {chapter}" for book, chapter, _ in read_keys(tmp / "test.keys")])
+
+
 def prepare(args) -> pipeline.Stages:
     if {args.src, args.tgt} != set(MODULES):
         raise DataError(
@@ -232,6 +246,10 @@ def prepare(args) -> pipeline.Stages:
             stages.run(f"apply-bpe.{s}.{lang}", [dst], partial(pipeline.apply_bpe, codes, src, dst, workers=w))
 
     stages.binarise({s: str(text / s) for s in SPLITS})
+    # last, so that adding it redid no stage before it (the data-bin of earlier runs is this one)
+    test_text = stages.out / TEST_TEXT
+    keep = partial(write_test_text, tmp, langs, test_text)
+    stages.run("test-text", [test_text / f"test.{x}" for x in (*langs, "chapters")], keep)
     test_steps = TextSteps(lang=args.src, lowercase=True)  # what raw input to the model goes through
 
     def verse_counts():
@@ -248,6 +266,13 @@ def prepare(args) -> pipeline.Stages:
         verses=verse_counts(),
         modules={lang: {"module": modules[lang], "version": sword.module_version(modules[lang])} for lang in langs},
         references={s: str(tmp / f"{s}.raw.{args.tgt}") for s in ("valid", "test")},
+        test_text={
+            "references": f"{TEST_TEXT}/test.{args.tgt}",
+            "sources": f"{TEST_TEXT}/test.{args.src}",
+            "documents": f"{TEST_TEXT}/test.chapters",
+            "lowercase": True,
+            "sample_ids": "line i of each file is fairseq's test sample i: the test split keeps every verse, in order",
+        },
         bpe_merges=args.bpe_merges,
         translation=stages.translation(test_steps, "subword_nmt", codes),
     )

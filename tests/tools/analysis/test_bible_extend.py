@@ -7,7 +7,15 @@ import json
 import shutil
 
 import pytest
-from test_bible_study import REFERENCES, FakeScoring, FakeTrainer, held_elsewhere, plateau_curve, study_args
+from test_bible_study import (  # noqa: F401 (recipe_test_text: an autouse fixture)
+    REFERENCES,
+    FakeScoring,
+    FakeTrainer,
+    held_elsewhere,
+    plateau_curve,
+    recipe_test_text,
+    study_args,
+)
 
 from fairseq_residual_tools.analysis import bible_extend, bible_study
 from fairseq_residual_tools.analysis.study import RunSpec

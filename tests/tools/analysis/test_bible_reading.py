@@ -24,11 +24,11 @@ def test_residuals_early_gap_closes_narrows_or_stays_by_the_difference_of_the_be
     assert ahead.endswith("ResiDual is not behind at update 1,000")
 
 
-def test_a_bleu_difference_is_told_apart_only_at_p_005_or_below():
-    told = dict(delta=0.81, p=0.004)
-    assert bible_reading.bleu_difference(told) == "sacreBLEU +0.81 (p = 0.004: told apart)"
-    noise = dict(delta=-0.3, p=0.2)
-    assert bible_reading.bleu_difference(noise) == "sacreBLEU -0.30 (p = 0.200: within the test set's noise)"
+def test_a_bleu_difference_is_told_apart_only_where_holms_p_is_below_005():
+    told = dict(delta=0.81, p=0.004, p_holm=0.04)
+    assert bible_reading.bleu_difference(told) == "sacreBLEU +0.81 (Holm p = 0.040: told apart)"
+    noise = dict(delta=-0.3, p=0.01, p_holm=0.2)
+    assert bible_reading.bleu_difference(noise) == "sacreBLEU -0.30 (Holm p = 0.200: within the test set's noise)"
     assert bible_reading.bleu_difference(dict(delta=0.0, p=None)) == "the same sacreBLEU"
     assert bible_reading.bleu_difference(None) == "BLEU not compared"
 
@@ -44,9 +44,9 @@ def test_a_cells_reading_ranks_its_runs_and_answers_the_issues_questions():
     ]
     cell = dict(layers=6, warmup=True, seed=1)
     compared = [
-        dict(cell, scheme="residual", against="pre", delta=0.5, p=0.03),
-        dict(cell, scheme="residual:scale=0.5", against="residual", delta=-0.1, p=0.6),
-        dict(cell, scheme="siamese", against="residual", delta=-0.3, p=0.2),
+        dict(cell, scheme="residual", against="pre", delta=0.5, p=0.03, p_holm=0.03),
+        dict(cell, scheme="residual:scale=0.5", against="residual", delta=-0.1, p=0.6, p_holm=0.6),
+        dict(cell, scheme="siamese", against="residual", delta=-0.3, p=0.2, p_holm=0.2),
     ]
     text = bible_reading.reading(runs, compared)
     assert text.startswith(
@@ -57,19 +57,19 @@ def test_a_cells_reading_ranks_its_runs_and_answers_the_issues_questions():
     # the designs after ResiDual against it, as its option is; one that failed is not compared
     assert (
         "SiameseNorm against ResiDual: best validation loss -0.010, ended at update 7,000 against 6,500; "
-        "sacreBLEU -0.30 (p = 0.200: within the test set's noise)." in text
+        "sacreBLEU -0.30 (Holm p = 0.200: within the test set's noise)." in text
     )
     assert "Attention Residuals against ResiDual" not in text
     # best and second were tested the other way round (the output scale against its baseline): the sign turns
-    assert "ResiDual against ResiDual with output scale 0.5: sacreBLEU +0.10 (p = 0.600" in text
+    assert "ResiDual against ResiDual with output scale 0.5: sacreBLEU +0.10 (Holm p = 0.600" in text
     assert (
         "ResiDual against Pre-LN: validation loss +0.200 at update 1,000, -0.060 at the best: the early gap closes;"
         in (text)
     )
-    assert "sacreBLEU +0.50 (p = 0.030: told apart)." in text
+    assert "sacreBLEU +0.50 (Holm p = 0.030: told apart)." in text
     assert (
         "Output scale 0.5 against ResiDual: best validation loss +0.020, ended at update 5,750 against 6,500; "
-        "sacreBLEU -0.10 (p = 0.600: within the test set's noise)." in text
+        "sacreBLEU -0.10 (Holm p = 0.600: within the test set's noise)." in text
     )
     assert bible_reading.reading([], []) == "No run has finished yet."
 
@@ -92,13 +92,16 @@ def test_the_best_run_of_a_cell_is_tested_against_its_second_where_no_baseline_p
     }
     runs = [run("post", 6.0, 4.4, 100.0), run("pre", 6.0, 4.6, 20.0), run("residual", 6.0, 4.5, 60.0)]
     (tmp_path / bible_report.REFERENCES).write_text("\n".join(references) + "\n")
+    (tmp_path / bible_report.CHAPTERS).write_text("".join(f"Psalms {i}\n" for i in range(len(references))))
     for r in runs:
         bible_report.hypotheses_file(tmp_path, r).write_text("\n".join(said[r["scheme"]]) + "\n")
     rows, signature = bible_report.comparisons(runs, tmp_path)
     # Pre-LN is every run's baseline; Post-LN (best) against ResiDual (second) is added: no baseline pairs them
     assert [(c["scheme"], c["against"]) for c in rows] == [("post", "pre"), ("residual", "pre"), ("post", "residual")]
     assert rows[2]["against_sacrebleu"] == rows[1]["sacrebleu"] and rows[2]["delta"] > 0
-    assert "bs:1000" in signature
+    assert signature.startswith(
+        "two-sided paired bootstrap of the BLEU difference, 10,000 resamples of the test set's 3 chapters"
+    )
 
 
 def test_runs_that_end_at_different_updates_are_also_compared_where_the_first_of_them_ended():
@@ -129,6 +132,7 @@ def test_each_run_without_warmup_is_tested_against_its_scheme_with_warmup_of_the
         run("pre", 6.0, 4.56, 100.0, seed=2, warmup=False),  # no run with warmup at seed 2 yet: nothing to test
     ]
     (tmp_path / bible_report.REFERENCES).write_text("\n".join(references) + "\n")
+    (tmp_path / bible_report.CHAPTERS).write_text("".join(f"Psalms {i}\n" for i in range(len(references))))
     for r in runs:
         if not r["fails"]:
             said = worse if r["bleu"] < 50 else references
@@ -156,17 +160,17 @@ def test_the_warmup_reading_says_who_fails_without_warmup_and_what_the_others_lo
     ]
     cold = dict(layers=6, warmup=False, seed=1, against_warmup=True)
     compared = [
-        dict(cold, scheme="pre", against="pre", delta=-2.2, p=0.001),
-        dict(cold, scheme="residual", against="residual", delta=-0.2, p=0.3),
+        dict(cold, scheme="pre", against="pre", delta=-2.2, p=0.001, p_holm=0.001),
+        dict(cold, scheme="residual", against="residual", delta=-0.2, p=0.3, p_holm=0.3),
     ]
     text = bible_reading.reading(runs, compared)
     paragraph = text.split("\n\n")[-1]
     assert paragraph == (
         "**Without warmup against with it, E6D6, seed 1**: Post-LN fails without warmup (a plateau), not with it "
         "(BLEU 33.79); Pre-LN BLEU 32.45 with warmup, 30.00 without, best validation loss 4.560 and 4.700, ended "
-        "at update 6,000 and 7,000: sacreBLEU -2.20 (p = 0.001: told apart); ResiDual BLEU 33.49 with warmup, "
+        "at update 6,000 and 7,000: sacreBLEU -2.20 (Holm p = 0.001: told apart); ResiDual BLEU 33.49 with warmup, "
         "33.20 without, best validation loss 4.480 and 4.470, ended at update 8,750 and 8,250: sacreBLEU -0.20 "
-        "(p = 0.300: within the test set's noise); HC fails with warmup (NaN/inf loss), not without it "
+        "(Holm p = 0.300: within the test set's noise); HC fails with warmup (NaN/inf loss), not without it "
         "(BLEU 32.00)."
     )
     # the cell without warmup is read as any other; the ablation's rows are not its best-against-second test
@@ -196,16 +200,22 @@ def test_over_seeds_the_reading_gives_each_schemes_spread_whether_the_order_hold
         run("pre", 6.5, 4.70, 30.0, warmup=False),  # without warmup: one seed, no paragraph of its own
     ]
     cell = dict(layers=6, warmup=True, against="pre", against_warmup=True, scheme="residual")
-    compared = [dict(cell, seed=1, delta=1.11, p=0.001), dict(cell, seed=2, delta=0.6, p=0.07)]
+    compared = [
+        dict(cell, seed=1, delta=1.11, p=0.001, p_holm=0.001),
+        dict(cell, seed=2, delta=0.6, p=0.07, p_holm=0.07),
+    ]
     paragraphs = bible_reading.reading(runs, compared).split("\n\n")
     over = [p for p in paragraphs if p.startswith("**Over seeds")]
     assert over == [
         "**Over seeds, E6D6 with warmup** (seeds 1 and 2): BLEU, mean ± half-range: Post-LN 33.40 ± 0.39 (2 seeds), "
         "Pre-LN 32.63 ± 0.18 (2 seeds), ResiDual 33.55 ± 0.06 (2 seeds), HC 32.30 (1 seed). The order by BLEU differs "
         "between seeds: seed 1: Post-LN, ResiDual, Pre-LN; seed 2: ResiDual, Post-LN, Pre-LN. ResiDual against "
-        "Pre-LN: at seed 1 sacreBLEU +1.11 (p = 0.001: told apart), at seed 2 sacreBLEU +0.60 (p = 0.070: within the "
-        "test set's noise)."
+        "Pre-LN: at seed 1 sacreBLEU +1.11 (Holm p = 0.001: told apart), at seed 2 sacreBLEU +0.60 (Holm p = 0.070: "
+        "within the test set's noise): not told apart from Pre-LN at every seed."
     ]
+    compared[1] = dict(compared[1], p_holm=0.01)  # told apart at both seeds, the same way
+    both = [p for p in bible_reading.reading(runs, compared).split("\n\n") if p.startswith("**Over seeds")][0]
+    assert both.endswith("(Holm p = 0.010: told apart): above Pre-LN at every seed.")
     runs[3]["bleu"] = 33.9  # Post-LN ahead at seed 2 too
     same = [p for p in bible_reading.reading(runs, []).split("\n\n") if p.startswith("**Over seeds")][0]
     assert "The order by BLEU is the same at every seed: Post-LN, ResiDual, Pre-LN." in same
@@ -230,6 +240,7 @@ def test_each_deeper_run_is_tested_against_its_scheme_at_the_depth_below_and_the
         run("hc", 6.0, 4.40, 100.0, layers=12),  # no hc at E6D6 yet: nothing to test it against
     ]
     (tmp_path / bible_report.REFERENCES).write_text("\n".join(references) + "\n")
+    (tmp_path / bible_report.CHAPTERS).write_text("".join(f"Psalms {i}\n" for i in range(len(references))))
     for r in runs:
         if not r["fails"]:
             bible_report.hypotheses_file(tmp_path, r).write_text(
@@ -249,7 +260,7 @@ def test_each_deeper_run_is_tested_against_its_scheme_at_the_depth_below_and_the
     assert paragraph.startswith(
         "**E12D12 against E6D6, with warmup, seed 1**: Post-LN fails at E12D12 (no progress), not at E6D6 "
         "(BLEU 33.79); Pre-LN BLEU 20.00 at E6D6, 100.00 at E12D12, best validation loss 4.560 and 4.500, ended "
-        f"at update 6,000 and 7,000: sacreBLEU +{pre['delta']:.2f} (p = {pre['p']:.3f}: told apart); ResiDual"
+        f"at update 6,000 and 7,000: sacreBLEU +{pre['delta']:.2f} (Holm p = {pre['p_holm']:.3f}: told apart); ResiDual"
     )
     assert paragraph.endswith(
         "; ResiDual BLEU 100.00 at E6D6, 100.00 at E12D12, best validation loss 4.480 and 4.470, ended at update "

@@ -119,6 +119,22 @@ REFERENCES = [
 ]
 
 
+#: the same test verses as the modules give them (cased, untokenised), and their chapters: the recipe's test_text
+ORIGINALS = [
+    "And God said, Let there be light: and there was light.",
+    "In the beginning God created the heaven and the earth.",
+    "And the evening and the morning were the first day.",
+    "And God called the light Day, and the darkness he called Night.",
+]
+TEST_TEXT = {"references": ORIGINALS, "documents": ["Genesis 1", "Genesis 1", "Genesis 2", "Genesis 3"]}
+
+
+@pytest.fixture(autouse=True)
+def recipe_test_text(monkeypatch):
+    """The data prep's test_text record of the stand-in data-bin "D" (read from a real folder in its own test)."""
+    monkeypatch.setattr(bible_study, "test_text", lambda databin: {**TEST_TEXT, "lowercase": True})
+
+
 class FakeScoring:
     """average_and_score: writes the run's fairseq-generate output (``hypotheses`` against REFERENCES) where the
     study reads it and returns the scores with BLEU ``bleu(end_update)``."""
@@ -571,12 +587,13 @@ def test_each_scored_run_is_tested_against_pre_ln_of_its_cell_on_the_translation
     kept = bible_report.hypotheses_file(records, results[1])
     assert kept.name == f"residual-e6d6-warmup-seed1-{results[1]['key']}.test.detok"
     hypotheses = kept.read_text().splitlines()
-    references = (records / "test-references.detok").read_text().splitlines()
+    references = (records / "test-references.txt").read_text().splitlines()
     assert hypotheses[0] == "and god said, let there be dark: and there was dark."  # Moses-detokenised
-    assert references[0] == "and god said, let there be light: and there was light."
+    assert references == ORIGINALS and (records / "test-chapters.txt").read_text().splitlines()[2] == "Genesis 2"
 
     detok = {r["scheme"]: bible_report.hypotheses_file(records, r).read_text().splitlines() for r in results}
-    bleu = {scheme: f"{BLEU().corpus_score(lines, [references]).score:.2f}" for scheme, lines in detok.items()}
+    lc = BLEU(lowercase=True)
+    bleu = {scheme: f"{lc.corpus_score(lines, [references]).score:.2f}" for scheme, lines in detok.items()}
     rows = table_rows(bible_report.significance_table(*bible_report.comparisons(results, records)))
     # every run against Pre-LN of its cell; ResiDual's option and the designs after it (hc) against ResiDual too
     assert [row[3:7] for row in rows[1:]] == [
@@ -587,21 +604,21 @@ def test_each_scored_run_is_tested_against_pre_ln_of_its_cell_on_the_translation
         ["hc", "residual", bleu["residual"], bleu["hc"]],
     ]
     assert rows[1][:3] == ["E6D6", "yes", "1"] and bleu["pre"] == "100.00" and rows[1][7].startswith("-")
-    assert float(rows[-1][7]) > 0 and 0 < float(rows[1][9]) <= 1
+    assert float(rows[-1][7]) > 0 and 0 < float(rows[1][9]) <= float(rows[1][10]) <= 1  # p, then Holm's
+    assert rows[1][11] == "one seed"
 
     kept.unlink()  # a record scored before translations were kept: filled in from its decoding in --work
-    bible_study.backfill_test_outputs(results, args)
+    bible_study.backfill_test_outputs(results, args, "D")
     assert kept.read_text().splitlines() == hypotheses
     kept.unlink()  # ... but not from a decoding other than the one its record scored
     out_file = runs / f"residual-e6d6-warmup-seed1-{results[1]['key']}" / "generate-test.out"
     out_file.write_text(out_file.read_text().replace("BLEU4 = 12.50", "BLEU4 = 13.00"))
-    bible_study.backfill_test_outputs(results, args)
+    bible_study.backfill_test_outputs(results, args, "D")
     assert not kept.exists()
 
-    other = FakeScoring(references=REFERENCES[::-1])  # a run that decoded another test set than the records beside
-    other(None, out_file.parent, 0, args)
-    with pytest.raises(DataError, match="decoded other references"):
-        bible_study.keep_test_output(out_file, records, results[1], "en")
+    monkeypatch.setattr(bible_study, "test_text", lambda databin: {**TEST_TEXT, "references": ORIGINALS[::-1]})
+    with pytest.raises(DataError, match="holds another test set"):  # the records beside hold another test set
+        bible_study.keep_test_output(out_file, records, results[1], "en", "D")
 
 
 def test_the_zoomed_curves_show_the_second_half_of_the_longest_run_unless_told():

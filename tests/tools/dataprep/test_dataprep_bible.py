@@ -99,6 +99,20 @@ def test_the_iwslt_processing_follows_and_the_summary_counts_pairs_and_dropped_c
     assert (out / "bin" / "dict.es.txt").is_file() and (out / "bin" / "train.es-en.en.bin").is_file()
 
 
+def test_the_untouched_test_verses_and_their_chapters_are_kept_beside_the_data_bin_for_scoring(prepared):
+    out, kept, _ = prepared
+    summary = json.loads((out / "summary.json").read_text())
+    record = summary["test_text"]
+    assert record["lowercase"] is True and record["references"] == "test-text/test.en"
+    references, sources = lines(out / record["references"]), lines(out / record["sources"])
+    assert references == lines(out / "tmp" / "test.raw.en") and sources == lines(out / "tmp" / "test.raw.es")
+    assert references != lines(out / "tmp" / "test.en")  # as the module gives them, not Moses-tokenised
+    keys = [k.split("\t") for k in lines(out / "tmp" / "test.keys")]
+    assert lines(out / record["documents"]) == [f"{book} {chapter}" for book, chapter, _ in keys]
+    # one line for each of fairseq's test samples, in order
+    assert len(references) == summary["pairs"]["test"] == len(lines(out / "text" / "test.en"))
+
+
 def test_a_second_run_redoes_nothing_and_another_held_out_size_redoes_from_the_split(prepared, caplog):
     out, _, diatheke = prepared
     before = (out / "summary.json").read_text()
