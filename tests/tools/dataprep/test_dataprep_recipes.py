@@ -171,6 +171,18 @@ def test_iwslt_records_the_readme_interactive_flags(iwslt):
     assert flags in readme and "sys.stdout.write(sys.stdin.read().lower())" in readme
 
 
+def generation_of(prepared_lines, unk=None):
+    """What fairseq-generate --remove-bpe prints for the prepared test text of a model that translates it exactly:
+    its T- lines are the prepared references (``unk``: a word the dictionary lacks, printed as <unk>)."""
+    from fairseq_residual_tools.repro import scoring
+
+    rows = []
+    for i, line in enumerate(prepared_lines):
+        reference = unbpe(line).replace(unk, "<unk>") if unk else unbpe(line)
+        rows.append(f"T-{i}\t{reference}\nH-{i}\t-0.1\t{unbpe(line)}\n")
+    return scoring.parse_generate("".join(rows) + "Generate test with beam=5: BLEU4 = 99.0, 99/99/99/99 (BP=1.000)\n")
+
+
 def sacrebleu_command(*args, env=None):
     command = [sys.executable, "-m", "sacrebleu", *map(str, args)]
     return subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout
@@ -191,6 +203,25 @@ def test_iwslt_keeps_the_untouched_test_text_with_its_record(iwslt):
     assert lines(iwslt.out / "test-text" / "test.en")[0] == "It\u2019s 100001 o'clock."
     assert lines(iwslt.out / "tmp" / "test.en")[0] == "it &apos;s 100001 o &apos;clock ."
     assert ids(iwslt.out / "test-text" / "test.en") == ids(iwslt.out / "text" / "test.en")  # line i is sample id i
+
+
+def test_iwslt_sacrebleu_is_the_sacrebleu_command_on_the_untouched_text_not_the_round_trip(iwslt, tmp_path):
+    """A model that reproduces the prepared references exactly: against its T- lines (lowercased, ' for ’, an <unk>)
+    it would score 100; against the release's text it scores what ``sacrebleu test-text/test.en -lc`` says."""
+    from fairseq_residual_tools.repro import scoring
+    from fairseq_residual_tools.repro.data_record import untouched_test_sets
+
+    gen = generation_of(lines(iwslt.out / "text" / "test.en"), unk="100001")
+    untouched = untouched_test_sets(iwslt.out / "bin", "de", "en")["test"]
+    scores = scoring.score_iwslt(gen, untouched, "en")
+    hypotheses = tmp_path / "hyp"
+    hypotheses.write_text("".join(x + "\n" for x in scoring.detokenize(gen.hypotheses, "en")), encoding="utf-8")
+    command = sacrebleu_command(iwslt.out / "test-text" / "test.en", "-i", hypotheses, "-lc", "-b", "-w", "2")
+    assert scores["sacrebleu"] == float(command) and "case:lc" in scores["sacrebleu_signature"]
+    round_trip = scoring.reference_sacrebleu(
+        scoring.detokenize(gen.hypotheses, "en"), scoring.detokenize(gen.references, "en"), True
+    )[0]
+    assert round_trip != scores["sacrebleu"]
 
 
 def test_iwslt_sides_stay_aligned_and_splits_are_disjoint(iwslt):
@@ -387,9 +418,12 @@ def test_wmt_keeps_each_test_sets_sgml_text_as_sacrebleu_reads_it(wmt):
     assert lines(wmt.out / "test-text" / "newstest2014.en")[0].startswith("He says it\u2019s the")
 
 
-def test_wmt_references_are_sacrebleus_own_wmt14_full(wmt, tmp_path):
+def test_wmt_references_are_sacrebleus_own_wmt14_full_and_so_is_the_score(wmt, tmp_path):
     """``sacrebleu -t wmt14/full -l en-de`` on the fixture's test-full.tgz (in sacrebleu's folder, as a download
-    leaves it) echoes the recorded text as its references and sources."""
+    leaves it): its references are the recorded text, and its score of the hypotheses is the harness's."""
+    from fairseq_residual_tools.repro import scoring
+    from fairseq_residual_tools.repro.data_record import untouched_test_sets
+
     raw = tmp_path / "sacrebleu" / "wmt14" / "full" / "raw"
     raw.mkdir(parents=True)
     shutil.copy(wmt.mirror / "test-full.tgz", raw / "wmt14_full.test-full.tgz")
@@ -403,6 +437,18 @@ def test_wmt_references_are_sacrebleus_own_wmt14_full(wmt, tmp_path):
     assert sacrebleu_command(*official, "--echo", "src", env=env).splitlines() == lines(
         wmt.out / "test-text" / "newstest2014.en"
     )
+    untouched = {u.name: u for u in untouched_test_sets(wmt.out / "bin", "en", "de").values()}
+    splits = json.loads((wmt.out / "bin" / "test_splits.json").read_text())
+    prefix = {name: "test" if name == "newstest2014" else name for name in splits.values()}
+    generations = {name: generation_of(lines(wmt.out / "text" / f"{prefix[name]}.de")) for name in untouched}
+    scores = scoring.score_wmt(generations, untouched, "de")
+    hypotheses = tmp_path / "hyp"
+    newstest2014 = scoring.detokenize(generations["newstest2014"].hypotheses, "de")
+    hypotheses.write_text("".join(x + "\n" for x in newstest2014), encoding="utf-8")
+    command = sacrebleu_command(*official, "-i", hypotheses, "-b", "-w", "2", env=env)
+    assert scores["test_sets"]["newstest2014"]["sacrebleu"] == float(command) < 100.0  # ’ is not '
+    assert scores["test_sets"]["newstest2014"]["bleu"] == 100.0  # the tokenised, compound-split second figure
+    assert scores["sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
 
 
 def test_fairseq_loads_the_wmt_data_bin_with_every_test_split(wmt):
