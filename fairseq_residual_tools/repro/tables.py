@@ -17,6 +17,7 @@ from .status import FAILED, FAILS, TRAINED, launch_records, training_state
 
 MEASURED = "measured"
 OTHER_DATA = "other data"  # shown for a cell trained on other data than the paper's, listed under its table
+SACREBLEU_METRICS = {"sacrebleu", "EX", "XE", "ALL"}  # the tables' figures that are sacreBLEU (WMT, OPUS-100)
 DEFAULT_RESULTS = ROOT / "results" / "cells"
 DEFAULT_WORK = ROOT / "checkpoints"
 DEFAULT_OUT = ROOT / "results" / "tables.md"
@@ -64,7 +65,7 @@ def render(table: PaperTable, results_dir, work_dir) -> str:
     with_warmup = any(not r.warmup for r in table.rows)
     header = ["method"] + (["warmup"] if with_warmup else [])
     header += [f"{column} {kind}" for column in table.columns for kind in ("measured", "paper", "diff")]
-    rows, footnotes, failures, apart = [], {}, {}, {}
+    rows, footnotes, failures, apart, signatures = [], {}, {}, {}, set()
     for row in table.rows:
         cells = [row.method] + (["yes" if row.warmup else "no"] if with_warmup else [])
         for column in table.columns:
@@ -78,6 +79,8 @@ def render(table: PaperTable, results_dir, work_dir) -> str:
                 continue
             if value is not None:
                 shown = f"{value:.2f}"
+                if metric in SACREBLEU_METRICS:
+                    signatures.update(_signatures(result.scores))
                 if result.deviations:
                     footnotes[cell.name] = result.deviations
                     shown += " †"
@@ -96,6 +99,8 @@ def render(table: PaperTable, results_dir, work_dir) -> str:
             cells += [shown, "fails" if paper == FAILS else f"{paper:.{table.decimals}f}", diff]
         rows.append(cells)
     lines = [f"## {table.title}", "", markdown_table(header, rows), "", f"Paper figures: {table.source}. {table.note}"]
+    if signatures:
+        lines += ["", "Measured sacreBLEU signature: " + ", ".join(f"`{sig}`" for sig in sorted(signatures))]
     if footnotes:
         lines += ["", "† not the paper's setting, not a reproduction:"]
         lines += [f"- `{name}`: {'; '.join(dev)}" for name, dev in sorted(footnotes.items())]
@@ -106,6 +111,12 @@ def render(table: PaperTable, results_dir, work_dir) -> str:
         lines += ["", f"{OTHER_DATA}: trained on data other than the paper's, not compared with its figures:"]
         lines += [f"- `{name}`: {text}" for name, text in sorted(apart.items())]
     return "\n".join(lines) + "\n"
+
+
+def _signatures(scores: Dict[str, object]) -> List[str]:
+    """The sacreBLEU signature(s) of a cell's scores (OPUS-100 records one per tokenisation)."""
+    one, several = scores.get("sacrebleu_signature"), scores.get("sacrebleu_signatures")
+    return [str(one)] if one else [str(s) for s in several] if isinstance(several, list) else []
 
 
 def _other_data(result: Measured, value, metric: str) -> str:
