@@ -75,12 +75,20 @@ def prepare(args) -> pipeline.Stages:
         if pipeline.same_length([text / f"{split}.{l}" for l in langs]) == 0:
             raise DataError(f"no {split} pairs left after cleaning {prefixes[split]}.{{{src},{tgt}}}")
     stages.binarise({s: str(text / s) for s in prefixes}, splits=sorted(prefixes))
+    test_text = []  # what sacreBLEU scores against: the test files as given
+    if args.test_prefix:
+        for lang in langs:
+            raw, untouched = Path(f"{args.test_prefix}.{lang}"), stages.test_text_path("test", lang)
+            copy = partial(pipeline.concatenate, [raw], untouched)
+            stages.run(f"untouched-test.{lang}", [untouched], copy, inputs=[raw])
+        test_text.append(pipeline.TestText("test", "test", langs, text / "test"))
     stages.summary(
         lambda: {s: pipeline.same_length([text / f"{s}.{l}" for l in langs]) for s in prefixes},
         subword=args.subword,
         tokenize=tokenize,
         inputs=prefixes,
         translation=stages.translation(steps[src], bpe, model),
+        test_text=stages.test_text(test_text, lowercase=args.lowercase),
     )
     return stages
 

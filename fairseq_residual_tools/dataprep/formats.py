@@ -1,6 +1,7 @@
 """Reading text: UTF-8 lines that name the file and line of a bad byte, progress bars, and the release
 formats -- IWSLT's tagged training text and the ``<seg id="N">`` lines of IWSLT's XML and WMT's SGML test sets, read
-as fairseq's recipes' ``grep``/``sed`` do, so that the prepared text has the recipe's line counts.
+as fairseq's recipes' ``grep``/``sed`` do, so that the prepared text has the recipe's line counts, and as sacrebleu
+reads them, for the untouched references that sacreBLEU scores against.
 """
 
 import itertools
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Dict, Iterator, List
 
 from ..errors import DataError
+from ..files import atomic_outputs
 
 # prepare-iwslt14.sh: grep -v '<url>' | grep -v '<talkid>' | grep -v '<keywords>' and
 # sed -e 's/<title>//g' -e 's/<\/title>//g' -e 's/<description>//g' -e 's/<\/description>//g'
@@ -100,3 +102,20 @@ def aligned_seg_lines(paths: Dict[str, Path]) -> Dict[str, List[str]]:
         files, counts = " and ".join(map(str, paths.values())), " and ".join(str(len(s)) for s in segs.values())
         raise DataError(f"{files} have {counts} segments; they must be aligned")
     return segs
+
+
+def official_seg_text(sources: List[Path], out: Path):
+    """``out``: the ``<seg>`` contents of the IWSLT XML or WMT SGML files ``sources``, one after another, as
+    ``sacrebleu -t`` makes its test sets' text -- with sacrebleu's own converter (tags removed, whitespace collapsed,
+    nothing else: no ``’`` replaced, no tokenisation), so that the references are the official ones byte for byte."""
+    from sacrebleu.dataset.fake_sgml import FakeSGMLDataset
+
+    converter = FakeSGMLDataset("untouched")  # a name only: nothing is downloaded or written until asked
+    with atomic_outputs([out]) as (tmp,), open(tmp, "w", encoding="utf-8") as g:
+        part = Path(f"{tmp}.part")  # sacrebleu's converter writes a file
+        try:
+            for source in sources:
+                converter._convert_format(str(source), str(part))
+                g.write(part.read_text(encoding="utf-8"))
+        finally:
+            part.unlink(missing_ok=True)

@@ -9,7 +9,7 @@ from pathlib import Path
 from ..files import write_lines
 from . import pipeline
 from .cli import add_common_options, check_languages, extract_archive, recipe_parser, run_main
-from .formats import aligned_seg_lines, iwslt_train_lines
+from .formats import aligned_seg_lines, iwslt_train_lines, official_seg_text
 from .moses import TextSteps, clean_corpus, process_file, process_lines
 
 ARCHIVE = "de-en.tgz"
@@ -72,11 +72,17 @@ def prepare(args) -> pipeline.Stages:
             stages.run(f"apply-bpe.{split}.{l}", [dst], partial(pipeline.apply_bpe, codes, src, dst, workers=w))
 
     stages.binarise({s: str(text / s) for s in SPLITS})
+    for l in LANGS:  # what sacreBLEU scores against: the five sets' text as released, in the order of test.<l>
+        untouched = stages.test_text_path("test", l)
+        xml = [raw / f"{name}.{PAIR}.{l}.xml" for name in TEST_SETS]
+        stages.run(f"untouched-test.{l}", [untouched], partial(official_seg_text, xml, untouched))
+    test_text = pipeline.TestText("test", "test", (args.src, args.tgt), text / "test")
     stages.summary(
         lambda: {s: pipeline.same_length([text / f"{s}.{l}" for l in LANGS]) for s in SPLITS},
         expected_pairs_real_release=EXPECTED_PAIRS,
         bpe_merges=args.bpe_merges,
         translation=stages.translation(test_steps[args.src], "subword_nmt", codes),
+        test_text=stages.test_text([test_text], lowercase=test_steps[args.tgt].lowercase),
     )
     return stages
 

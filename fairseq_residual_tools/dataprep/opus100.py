@@ -130,11 +130,21 @@ def prepare(args) -> pipeline.Stages:
             (work / "preprocess.done").write_text(f"pairs: {' '.join(pairs)}\n")
 
     stages.run("binarise", [databin / "preprocess.done"], binarise, options={"pairs": pairs})
+    test_text = []  # what sacreBLEU scores against: the release's test files as they are
+    for pair in pairs:
+        if "test" in release_text(pair):
+            first, second = pair.split("-")
+            for lang in (first, second):
+                untouched = stages.test_text_path(f"test.{pair}", lang)
+                copy = partial(pipeline.concatenate, [Path(f"{release_text(pair)['test']}.{lang}")], untouched)
+                stages.run(f"untouched-test.{pair}.{lang}", [untouched], copy)
+            test_text.append(pipeline.TestText("test", f"test.{pair}", (first, second), text / f"test.{pair}"))
     stages.summary(
         lambda: json.loads((tmp / "raw_pairs.json").read_text()),
         **language_lists,
         spm_vocab=args.spm_vocab,
         spm_model_type=args.spm_model_type,
+        test_text=stages.test_text(test_text, lowercase=False),
     )
     return stages
 

@@ -14,7 +14,7 @@ import shutil
 import sys
 from functools import partial
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, NamedTuple, Optional, Sequence, Tuple
 
 from ..errors import DataError
 from ..files import atomic_outputs, write_json
@@ -25,8 +25,8 @@ from .moses import TextSteps
 logger = logging.getLogger(__name__)
 
 
-#: the version of summary.json's fields (2: the data-bin's sha256 and the archives)
-SUMMARY_FORMAT = 2
+#: the version of summary.json's fields (2: the data-bin's sha256 and the archives; 3: the test sets' untouched text)
+SUMMARY_FORMAT = 3
 #: the files of a data-bin that its content hash covers: fairseq's dictionaries and binarised splits
 DATABIN_CONTENT = ("dict.*.txt", "*.bin", "*.idx")
 
@@ -37,10 +37,30 @@ def databin_sha256(databin: Path) -> str:
     digest = hashlib.sha256()
     for path in sorted({p for pattern in DATABIN_CONTENT for p in Path(databin).glob(pattern)}):
         digest.update(f"{path.name}\0{path.stat().st_size}\0".encode())
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                digest.update(block)
+        _add_bytes(digest, path)
     return digest.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    return _add_bytes(hashlib.sha256(), path).hexdigest()
+
+
+def _add_bytes(digest, path: Path):
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+    return digest
+
+
+class TestText(NamedTuple):
+    """A test set whose untouched text a recipe keeps in ``OUT/test-text/<name>.<lang>``: what sacreBLEU scores
+    against (repro/scoring.py), since the recipe's own text of it is tokenised, perhaps lowercased, and subwords."""
+
+    split: str  # fairseq's name of it in bin/ (test, test1, ...)
+    name: str
+    langs: Tuple[str, str]
+    prepared: Path  # the prefix of the recipe's text of it (text/), which holds as many lines, in the same order
+    official: Optional[str] = None  # the sacrebleu test set whose files it is (e.g. "-t wmt14/full -l en-de")
 
 
 class Stages:
@@ -138,6 +158,31 @@ class RecipeStages(Stages):
 
         # SUMMARY_FORMAT: a summary.json written before its fields changed is written again
         self.run("summary", [self.out / "summary.json"], write, options={**vars(self.args), "format": SUMMARY_FORMAT})
+
+    def test_text_path(self, name: str, lang: str) -> Path:
+        return self.out / "test-text" / f"{name}.{lang}"
+
+    def test_text(self, sets: Sequence[TestText], lowercase: bool) -> dict:
+        """``summary.json``'s ``test_text`` record: each of ``sets`` with its fairseq split, its untouched text's files
+        (relative to the output folder) with their sha256 and line count, and whether the recipe lowercases the text
+        the model learns (sacreBLEU then scores with ``-lc``). Sample id i of a split is line i of its text
+        (``line_of_sample`` null): these recipes neither drop nor reorder test lines. A text whose line count is not
+        the prepared text's stops the recipe: it would pair hypotheses with other sentences' references."""
+        record = []
+        for test in sets:
+            files = {}
+            for lang in test.langs:
+                path, prepared = self.test_text_path(test.name, lang), Path(f"{test.prepared}.{lang}")
+                lines, expected = count_lines(path), count_lines(prepared)
+                if lines != expected:
+                    raise DataError(
+                        f"{path} has {lines} lines, the prepared {prepared} {expected}: the release's {test.name} is "
+                        "not read as the recipe expects"
+                    )
+                files[lang] = {"path": str(path.relative_to(self.out)), "sha256": file_sha256(path), "lines": lines}
+            official = {"sacrebleu": test.official} if test.official else {}
+            record.append({"split": test.split, "name": test.name, "files": files, "line_of_sample": None, **official})
+        return {"lowercase": lowercase, "sets": record}
 
     def archives(self) -> Dict[str, Optional[str]]:
         """The release archives the extract stages read -> the checksum the download was verified against (or pinned

@@ -6,12 +6,12 @@ test sets: data-prep/README.md.
 
 from functools import partial
 from pathlib import Path
+from typing import Tuple
 
-from ..errors import DataError
 from ..files import write_json, write_lines
 from . import pipeline
 from .cli import add_common_options, check_languages, extract_archive, recipe_parser, run_main
-from .formats import aligned_seg_lines
+from .formats import aligned_seg_lines, official_seg_text
 from .moses import TextSteps, clean_corpus, process_file, process_lines
 
 LANGS = ("en", "de")
@@ -24,19 +24,21 @@ CORPORA = {  # name -> (archive, path prefix inside it)
 EXTRA_TEST_YEARS = (2010, 2011, 2012, 2013, 2015, 2016)
 # de-en sentences per newstest set (newstest2014 is the 3,003-sentence "full" version)
 NEWSTEST_SIZES = {2010: 2489, 2011: 3003, 2012: 3003, 2013: 3000, 2014: 3003, 2015: 2169, 2016: 2999}
+#: the sacrebleu test set of each newstest year: its files are the ones the recipe reads, its text the references
+SACREBLEU_SETS = {
+    **{year: f"wmt{year % 100}" for year in EXTRA_TEST_YEARS},
+    2014: "wmt14/full",  # the 3,003-sentence set, as fairseq's recipe and B2T's scores use
+}
 
 
-def find_sgm(names, prefix: str, year: int, lang: str, src: str) -> str:
-    """The file WMT used for newstest<year> in ``lang`` among ``names``; its ``src`` or ``ref`` file first
-    as ``lang`` is the source language ``src`` or not."""
-    roles = ("src", "ref") if lang == src else ("ref", "src")
-    candidates = [
-        f"{prefix}newstest{year}{pair}-{role}.{lang}.sgm" for role in roles for pair in ("-deen", "-ende", "")
-    ]
-    found = [name for name in candidates if name in names]
-    if not found:
-        raise DataError(f"no SGML file for newstest{year} ({lang}) under {prefix}: tried " + ", ".join(candidates))
-    return found[0]
+def official_files(year: int, src: str, tgt: str) -> Tuple[str, str]:
+    """The names of newstest<year>'s source and reference SGML files for ``src`` -> ``tgt``: those that ``sacrebleu -t
+    SACREBLEU_SETS[year] -l src-tgt`` reads, from sacrebleu's own table of its test sets (newstest2010-2013 are
+    multi-way: each language's ``-src`` file is the others' reference)."""
+    from sacrebleu.dataset import DATASETS
+
+    source, reference = DATASETS[SACREBLEU_SETS[year]].langpairs[f"{src}-{tgt}"][:2]
+    return Path(source).name, Path(reference).name
 
 
 def prepare(args) -> pipeline.Stages:
@@ -54,13 +56,14 @@ def prepare(args) -> pipeline.Stages:
     test_sets = {"newstest2014": ("test-full", 2014), **{f"newstest{y}": ("dev", y) for y in EXTRA_TEST_YEARS}}
     split_of = {n: "test" if n == "newstest2014" else n for n in test_sets}  # a test set's name in text/ and bin/
 
-    def sgm_files(folder, names):
-        return [
-            find_sgm(names, f"{folder}/", y, l, args.src) for f, y in test_sets.values() if f == folder for l in LANGS
-        ]
+    def sgm_files(folder: str, year: int) -> dict:
+        """Language -> the test set's SGML file in its archive: the source and reference that sacrebleu reads."""
+        names = official_files(year, args.src, args.tgt)
+        return {lang: f"{folder}/{name}" for lang, name in zip((args.src, args.tgt), names)}
 
     for stage, folder in (("extract.dev", "dev"), ("extract.test", "test-full")):  # dev.tgz and test-full.tgz
-        extract_archive(stages, stage, f"{folder}.tgz", partial(sgm_files, folder), orig / folder, src=args.src)
+        members = [m for f, y in test_sets.values() if f == folder for m in sgm_files(f, y).values()]
+        extract_archive(stages, stage, f"{folder}.tgz", members, orig / folder, src=args.src, files=members)
 
     # training text: normalise, remove non-printing characters, tokenise -a (per corpus and side)
     steps = {
@@ -81,8 +84,7 @@ def prepare(args) -> pipeline.Stages:
     stages.run("concatenate", [tmp / f"train.tags.tok.{l}" for l in LANGS], concat, options={"corpora": corpora})
 
     def tokenize_set(name, folder, year):
-        # the only file of the year and language: the one sgm_files chose
-        segs = aligned_seg_lines({l: next((orig / folder).rglob(f"newstest{year}-*.{l}.sgm")) for l in LANGS})
+        segs = aligned_seg_lines({l: orig / folder / member for l, member in sgm_files(folder, year).items()})
         for l in LANGS:
             write_lines(tmp / f"{name}.{l}", process_lines(TextSteps(lang=l, aggressive_dash_splits=True), segs[l]))
 
@@ -125,6 +127,15 @@ def prepare(args) -> pipeline.Stages:
     split_names = {("test" if k == 0 else f"test{k}"): n for k, n in enumerate(test_sets)}  # fairseq's names
     splits_file = stages.databin / "test_splits.json"
     stages.run("test-splits", [splits_file], partial(write_json, splits_file, split_names))
+    for name, (folder, year) in test_sets.items():  # what sacreBLEU scores against: the SGML text as sacrebleu reads it
+        for l, member in sgm_files(folder, year).items():
+            untouched = stages.test_text_path(name, l)
+            convert = partial(official_seg_text, [orig / folder / member], untouched)
+            stages.run(f"untouched-test.{name}.{l}", [untouched], convert, options={"src": args.src})
+    test_text = []
+    for split, name in split_names.items():
+        official = f"-t {SACREBLEU_SETS[test_sets[name][1]]} -l {args.src}-{args.tgt}"
+        test_text.append(pipeline.TestText(split, name, (args.src, args.tgt), text / split_of[name], official))
     counted = {"train": "train", "valid": "valid", **split_of}  # name in summary.json -> text/ prefix
     stages.summary(
         lambda: {n: pipeline.same_length([text / f"{s}.{l}" for l in LANGS]) for n, s in counted.items()},
@@ -134,6 +145,7 @@ def prepare(args) -> pipeline.Stages:
         test_splits=split_names,
         translation=stages.translation(steps[args.src], "subword_nmt", codes),
         expected_newstest_pairs_real_release={f"newstest{y}": n for y, n in NEWSTEST_SIZES.items()},
+        test_text=stages.test_text(test_text, lowercase=False),
     )
     return stages
 

@@ -4,7 +4,7 @@
 
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
@@ -18,9 +18,13 @@ PAPER_DIR = ROOT / "results" / "paper"
 NOT_IMPLEMENTED = "scheme not implemented"
 
 
-#: fairseq-generate's settings for every dataset: the authors' validation-BLEU settings
+#: fairseq-generate's settings for IWSLT-14 and OPUS-100: the authors' validation-BLEU settings
 DECODING = {"beam": 5, "lenpen": 1.0, "max_len_a": 1.2, "max_len_b": 10}
-AVERAGE_LAST = 5  # checkpoints averaged
+#: WMT's, B2T's released protocol (takase/b2t_connection), whose scores the paper's WMT baselines are: beam 4, length
+#: penalty 1.0 (0.6 on newstest2014: ``WMT_DECODING_BY_TEST_SET``), fairseq's default maximum length
+WMT_DECODING = {"beam": 4, "lenpen": 1.0}
+WMT_DECODING_BY_TEST_SET: Dict[str, Dict[str, object]] = {"newstest2014": {"lenpen": 0.6}}
+AVERAGE_LAST = 5  # checkpoints averaged (WMT: 10, B2T's protocol)
 
 
 @dataclass(frozen=True)
@@ -29,6 +33,13 @@ class Dataset:
     data: str  # default data-bin (relative to the repository root), from data-prep/
     checkpoints: str  # averaged: "epoch": checkpoint<epoch>.pt; "update": checkpoint_<epoch>_<update>.pt
     scoring: str  # the description written next to every score; {case}: the data's case, from data prep
+    average: int = AVERAGE_LAST  # the last checkpoints averaged
+    decoding: Dict[str, object] = field(default_factory=lambda: dict(DECODING))  # fairseq-generate's options
+    decoding_by_test_set: Dict[str, Dict[str, object]] = field(default_factory=dict)  # what differs for one
+
+    def decoding_for(self, test_set: str) -> Dict[str, object]:
+        """fairseq-generate's options for the test set named ``test_set``."""
+        return {**self.decoding, **self.decoding_by_test_set.get(test_set, {})}
 
 
 DATASETS: Dict[str, Dataset] = {
@@ -39,22 +50,27 @@ DATASETS: Dict[str, Dataset] = {
             "data-bin/iwslt14.de-en/bin",
             "epoch",
             "BLEU of fairseq-generate (--remove-bpe): tokenised {case}, BPE removed -- the paper's IWSLT-14 figure; "
-            "sacrebleu: Moses-detokenised hypotheses against Moses-detokenised references",
+            "sacrebleu: Moses-detokenised hypotheses against the test set's untouched text as released "
+            "(-lc where data prep lowercased: see the signature)",
         ),
         Dataset(
             "wmt14",
             "data-bin/wmt14.en-de/bin",
             "update",
-            "tokenised BLEU with compound splitting (fairseq's compound_split_bleu: "
-            "a-b -> a ##AT##-##AT## b in hypothesis and reference) per test set, and its "
-            "average over newstest2010-2016 -- the paper's WMT figure; sacrebleu: "
-            "Moses-detokenised hypotheses against Moses-detokenised references",
+            "sacrebleu of Moses-detokenised hypotheses against the official references (the SGML text sacrebleu -t "
+            "reads) per newstest2010-2016, and its average -- the paper's WMT figure, B2T's protocol (the last 10 "
+            "checkpoints averaged, beam 4, length penalty 0.6 on newstest2014 and 1.0 on the others); bleu: "
+            "tokenised BLEU with compound splitting (fairseq's compound_split_bleu: a-b -> a ##AT##-##AT## b in "
+            "hypothesis and reference) per test set, and its average",
+            average=10,
+            decoding=dict(WMT_DECODING),
+            decoding_by_test_set=WMT_DECODING_BY_TEST_SET,
         ),
         Dataset(
             "opus100",
             "data-bin/opus100/bin",
             "update",
-            "sacrebleu per direction on SentencePiece-decoded text (tokenize 13a; "
+            "sacrebleu per direction on SentencePiece-decoded text against the release's test files (tokenize 13a; "
             "zh for Chinese targets); EX = mean over English->X, XE = mean over X->English, "
             "ALL = mean over all directions -- the paper's OPUS-100 figures",
         ),

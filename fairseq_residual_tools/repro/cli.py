@@ -49,7 +49,7 @@ def build_parser():
     launch.add_argument("--reference-gpus", type=int, help="GPUs assumed behind the authors' batch (default 1)")
     launch.add_argument("--dry-run", action="store_true", help="print the commands, run nothing")
     average = argparse.ArgumentParser(add_help=False)
-    average.add_argument("--average", type=int, help="checkpoints to average (default 5)")
+    average.add_argument("--average", type=int, help="checkpoints to average (default: the table's, 5; WMT 10)")
 
     parser = argparse.ArgumentParser(prog="python -m fairseq_residual_tools.repro", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)

@@ -7,15 +7,19 @@ data-bin's sha256 when data prep wrote it. Data is the paper's when all of that 
 recipe, from release archives with the checksums the package pins, with the recipe's own settings (its defaults: the
 paper's), and not changed since (the same sha256). The tables compare only such cells with the paper's figures and
 list every other cell apart, with its data named.
+
+It also reads what sacreBLEU scores against: the untouched test text data prep keeps beside the data-bin
+(``untouched_test_sets``).
 """
 
 import json
 from importlib import import_module
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, NamedTuple, Optional
 
 from ..dataprep.download import DEFAULT_CHECKSUMS, Checksums
-from ..dataprep.pipeline import databin_sha256
+from ..dataprep.pipeline import databin_sha256, file_sha256
+from ..errors import DataError
 
 #: data prep's options that do not change the data it makes (where it is written, how, and from which mirror: the
 #: archives' checksums are checked instead)
@@ -46,10 +50,69 @@ def data_record(data, dataset: str) -> dict:
             subword=summary.get("subword"),
             lowercase=translation.get("lowercase"),
             options=summary.get("options"),
+            test_text=summary.get("test_text"),
         )
     problems = not_the_papers(dataset, record)
     record.update(papers_data=not problems, not_the_papers_because="; ".join(problems) or None)
     return record
+
+
+class UntouchedText(NamedTuple):
+    """A test set's reference text as its release ships it (data prep's ``test_text`` record), what sacreBLEU
+    scores against: fairseq's sample id i is line ``line_of_sample[i]`` (line i when None)."""
+
+    split: str  # fairseq's name of the test set in the data-bin
+    name: str
+    lines: List[str]
+    line_of_sample: Optional[List[int]]
+    lowercase: bool  # the recipe lowercased the text the model learnt: sacreBLEU scores with -lc
+    path: str
+    sha256: str
+    official: Optional[str]  # the sacrebleu test set it is, e.g. "-t wmt14/full -l en-de"
+
+
+def untouched_test_sets(data, src: str, tgt: str) -> Dict[str, UntouchedText]:
+    """Split -> the untouched reference text of each test set of ``src`` -> ``tgt`` that data prep recorded beside
+    the data-bin ``data``, checked against the sha256 it recorded. A data-bin without that record stops the
+    evaluation in one line naming the recipe to run again."""
+    data = Path(data)
+    summary_path = data.parent / "summary.json"
+    if not summary_path.is_file():
+        raise DataError(
+            f"{data} has no data prep summary.json beside it: sacreBLEU scores against the untouched test text that "
+            "data-prep/prepare-*.sh records there; prepare the data with one of them (prepare-custom.sh for a corpus "
+            "of your own)"
+        )
+    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    rerun = f"bash data-prep/prepare-{summary.get('recipe')}.sh with the options in {summary_path}"
+    if "test_text" not in summary:
+        raise DataError(f"{data} was prepared before data prep recorded the untouched test text: re-run {rerun}")
+    record = summary["test_text"]
+    found = {}
+    for entry in record["sets"]:
+        files = entry["files"]
+        if set(files) != {src, tgt}:
+            continue
+        path = summary_path.parent / files[tgt]["path"]
+        if not path.is_file() or file_sha256(path) != files[tgt]["sha256"]:
+            raise DataError(f"{path} is not the test text data prep recorded (missing or changed): re-run {rerun}")
+        mapping = entry["line_of_sample"]
+        line_of = json.loads((summary_path.parent / mapping).read_text(encoding="utf-8")) if mapping else None
+        with open(path, encoding="utf-8", newline="\n") as f:  # as the sacrebleu command reads a reference file
+            lines = [line.rstrip() for line in f]
+        found[entry["split"]] = UntouchedText(
+            split=entry["split"],
+            name=entry["name"],
+            lines=lines,
+            line_of_sample=line_of,
+            lowercase=record["lowercase"],
+            path=str(path),
+            sha256=files[tgt]["sha256"],
+            official=entry.get("sacrebleu"),
+        )
+    if not found:
+        raise DataError(f"{summary_path} records no untouched test text for {src}-{tgt}: re-run {rerun}")
+    return found
 
 
 def not_the_papers(dataset: str, record: dict) -> List[str]:

@@ -3,13 +3,12 @@ averaged, every test set decoded by ``fairseq-generate`` and scored by ``scoring
 """
 
 import functools
-import json
 import re
 import shlex
 import time
 from dataclasses import asdict
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Mapping, Optional
 
 import torch
 
@@ -21,8 +20,8 @@ from ..files import write_json
 from ..provenance import provenance
 from ..runner import PLUGIN_DIR, fairseq_command, run_logged
 from . import scoring
-from .cells import AVERAGE_LAST, DATASETS, DECODING, ROOT, Dataset, parse_cell
-from .data_record import data_record
+from .cells import DATASETS, DECODING, ROOT, Dataset, parse_cell
+from .data_record import data_record, untouched_test_sets
 from .status import FAILS, NOT_RUN, TRAINED, launch_records, training_state
 from .tables import result_path
 
@@ -116,12 +115,15 @@ def training_record(cell_dir: Path) -> dict:
     }
 
 
-def generate(data, checkpoint, cpu: bool, subset, task_args, remove_bpe, out_file) -> scoring.Generation:
+def generate(
+    data, checkpoint, cpu: bool, subset, task_args, remove_bpe, out_file, decoding: Mapping[str, object] = DECODING
+) -> scoring.Generation:
+    """fairseq-generate of ``subset`` with the options ``decoding`` (beam, length penalty ...), read."""
     command = fairseq_command(
         "generate",
         data,
         *("--user-dir", PLUGIN_DIR, "--path", checkpoint, "--gen-subset", subset),
-        *(arg for key, value in DECODING.items() for arg in (f"--{key.replace('_', '-')}", value)),
+        *(arg for key, value in decoding.items() for arg in (f"--{key.replace('_', '-')}", value)),
         *("--max-tokens", "4000" if cpu else "12000", "--remove-bpe", remove_bpe),
         *task_args,
         *(["--cpu"] if cpu else []),
@@ -166,17 +168,18 @@ def evaluate(args) -> dict:
         record["training"]["deviations"] = [*record["training"].get("deviations", []), deviation]
         record["unfinished"] = deviation
 
-    asked = args.average or AVERAGE_LAST
+    asked = args.average or dataset.average
     checkpoints = last_checkpoints(cell_dir, asked, dataset.checkpoints)
     for note in (averaging_deviation(checkpoints, asked), averaging_gap(checkpoints)):
         if note:
             record["training"]["deviations"] = [*record["training"].get("deviations", []), note]
     if args.dry_run:
         print(f"{cell.name}: {state.name} ({state.detail}); would average {', '.join(p.name for p in checkpoints)}")
-        beam = DECODING["beam"]
         named = what_ran({"model": {}}, Path(args.data or ROOT / dataset.data), cell.dataset)["data"]
         scoring_text = scoring_description(dataset, named)
-        print(f"then decode the test sets with beam {beam} (fairseq-generate) and score them as: {scoring_text}")
+        exceptions = [f"{name}: {_options(o)}" for name, o in dataset.decoding_by_test_set.items()]
+        options = "; ".join([_options(dataset.decoding), *exceptions])
+        print(f"then decode the test sets (fairseq-generate: {options}) and score them as: {scoring_text}")
         print(f"and write {out_path}")
         return record
     averaged = write_average(checkpoints, cell_dir / f"checkpoint.average{len(checkpoints)}.pt")
@@ -185,38 +188,45 @@ def evaluate(args) -> dict:
     data = Path(args.data or task["data"])
     record.update(what_ran(cfg, data, cell.dataset))
     eval_dir = cell_dir / "evaluation"  # made by run_logged
-    # decode(subset, task arguments, the --remove-bpe value, output file)
+    # decode(subset, task arguments, the --remove-bpe value, output file, decoding options)
     decode = functools.partial(generate, data, averaged, args.cpu or not torch.cuda.is_available())
-    langs = ["--source-lang", str(task.get("source_lang")), "--target-lang", str(task.get("target_lang"))]
+    src, tgt = str(task.get("source_lang")), str(task.get("target_lang"))
+    langs = ["--source-lang", src, "--target-lang", tgt]
 
+    decoding: dict = {}  # test set -> fairseq-generate's options
     if cell.dataset == "iwslt14":
-        generations = {"test": decode("test", langs, "@@ ", eval_dir / "generate-test.txt")}
-        scores = scoring.score_iwslt(generations["test"], str(task["target_lang"]))
+        untouched = untouched_test_sets(data, src, tgt)["test"]  # before decoding: a data-bin without it stops here
+        decoding["test"] = dataset.decoding_for("test")
+        generations = {"test": decode("test", langs, "@@ ", eval_dir / "generate-test.txt", decoding["test"])}
+        scores = scoring.score_iwslt(generations["test"], untouched, tgt)
     elif cell.dataset == "wmt14":
-        splits = data / "test_splits.json"  # split -> test-set name, from data-prep; newstest2014 alone without it
-        test_sets = json.loads(splits.read_text()) if splits.is_file() else {"test": "newstest2014"}
-        generations = {
-            name: decode(split, langs, "@@ ", eval_dir / f"generate-{name}.txt") for split, name in test_sets.items()
-        }
-        scores = scoring.score_wmt(dict(sorted(generations.items())), str(task["target_lang"]))
+        test_sets = {u.name: u for u in untouched_test_sets(data, src, tgt).values()}  # newstest2010-2016
+        generations = {}
+        for name, test in sorted(test_sets.items()):
+            decoding[name] = dataset.decoding_for(name)
+            generations[name] = decode(test.split, langs, "@@ ", eval_dir / f"generate-{name}.txt", decoding[name])
+        scores = scoring.score_wmt(generations, test_sets, tgt)
     else:
         pairs = [p for p in str(task["lang_pairs"]).split(",") if p]
         base = ["--task", "translation_multi_simple_epoch", "--lang-pairs", ",".join(pairs)]
         base += ["--langs", str(task["langs"]), "--encoder-langtok", str(task.get("encoder_langtok") or "tgt")]
         base += ["--decoder-langtok"] if task.get("decoder_langtok") else []
+        untouched_by_pair = {pair: untouched_test_sets(data, *pair.split("-"))["test"] for pair in pairs}
         generations, directions = {}, {}
         for pair in pairs:
             src, tgt = pair.split("-")
             pair_args = [*base, "--source-lang", src, "--target-lang", tgt]
-            gen = generations[pair] = decode("test", pair_args, "sentencepiece", eval_dir / f"generate-{pair}.txt")
-            directions[pair] = scoring.sacrebleu_score(gen.hypotheses, gen.references, scoring.sacrebleu_tokenizer(tgt))
+            decoding[pair] = dataset.decoding_for(pair)
+            out_file = eval_dir / f"generate-{pair}.txt"
+            gen = generations[pair] = decode("test", pair_args, "sentencepiece", out_file, decoding[pair])
+            directions[pair] = scoring.untouched_sacrebleu(gen, gen.hypotheses, untouched_by_pair[pair], tgt)
         scores = scoring.score_opus(directions)
 
     record.update(
         status="measured",
         scores=scores,
         scoring=scoring_description(dataset, record["data"]),
-        decoding=DECODING,
+        decoding=decoding,
         checkpoints=[str(p) for p in checkpoints],
         averaged_checkpoint=str(averaged),
         evaluation={
@@ -225,6 +235,10 @@ def evaluate(args) -> dict:
         },
     )
     return _write(out_path, record)
+
+
+def _options(decoding: Mapping[str, object]) -> str:
+    return ", ".join(f"{key} {value}" for key, value in decoding.items())
 
 
 def _write(path: Path, record: dict) -> dict:

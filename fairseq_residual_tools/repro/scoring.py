@@ -1,5 +1,7 @@
 """BLEU as each of the paper's tables reports it (docs/reproduce.md, "Evaluation"): ``score_iwslt``,
-``score_wmt`` and ``score_opus``; IWSLT-14 and WMT'14 add SacreBLEU on Moses-detokenised text.
+``score_wmt`` and ``score_opus``. Every sacreBLEU is against the test set's untouched text (data prep's record,
+``data_record.untouched_test_sets``), never against fairseq-generate's ``T-`` lines, which are the references after
+the recipe's tokenisation, lowercasing and subwords (and ``<unk>``).
 """
 
 import re
@@ -13,6 +15,7 @@ from sacrebleu.metrics import BLEU
 from sacremoses import MosesDetokenizer
 
 from ..errors import DataError
+from .data_record import UntouchedText
 
 _HYPOTHESIS = re.compile(r"^H-(\d+)\t[^\t\n]*\t?(.*)$", re.M)  # H-<id>\t<score>\t<text>
 _REFERENCE = re.compile(r"^T-(\d+)\t(.*)$", re.M)
@@ -70,11 +73,6 @@ def sacrebleu_score(hypotheses: List[str], references: List[str], tokenize: str 
     return round(score.score, 2), str(metric.get_signature())
 
 
-def detokenized_sacrebleu(gen: Generation, lang: str) -> Tuple[float, str]:
-    """SacreBLEU of Moses-detokenised hypotheses against Moses-detokenised references."""
-    return sacrebleu_score(detokenize(gen.hypotheses, lang), detokenize(gen.references, lang))
-
-
 def original_references(gen: Generation, original: Sequence[str], line_of: Optional[Sequence[int]] = None) -> List[str]:
     """The untouched test text's line for each of ``gen``'s hypotheses, by sample id: fairseq's sample id i is line
     ``line_of[i]`` of ``original`` (the recipe's record where it drops or reorders lines; else the identity, which
@@ -111,10 +109,19 @@ def sacrebleu_tokenizer(target_lang: str) -> str:
     return "zh" if target_lang.startswith("zh") else "13a"
 
 
-def score_iwslt(gen: Generation, target_lang: str) -> dict:
+def untouched_sacrebleu(gen: Generation, hypotheses: Sequence[str], untouched: UntouchedText, target_lang: str):
+    """sacreBLEU of ``hypotheses`` (``gen``'s, in its order, as plain text) against the untouched text's line of each
+    sample id, ``-lc`` exactly when the recipe lowercased: (score, signature)."""
+    references = original_references(gen, untouched.lines, untouched.line_of_sample)
+    return reference_sacrebleu(hypotheses, references, untouched.lowercase, target_lang)
+
+
+def score_iwslt(gen: Generation, untouched: UntouchedText, target_lang: str) -> dict:
+    """The paper's IWSLT-14 figure, fairseq-generate's tokenised BLEU, and sacreBLEU of the Moses-detokenised
+    hypotheses against the untouched references."""
     if gen.fairseq_bleu is None:
         raise ValueError("fairseq-generate printed no BLEU line")
-    sacre, signature = detokenized_sacrebleu(gen, target_lang)
+    sacre, signature = untouched_sacrebleu(gen, detokenize(gen.hypotheses, target_lang), untouched, target_lang)
     return {
         "bleu": gen.fairseq_bleu,
         "bleu_detail": gen.fairseq_bleu_line,
@@ -124,19 +131,29 @@ def score_iwslt(gen: Generation, target_lang: str) -> dict:
     }
 
 
-def score_wmt(generations: Dict[str, Generation], target_lang: str) -> dict:
-    """Per test set (name -> generation) and the averages over them."""
+def score_wmt(generations: Dict[str, Generation], untouched: Dict[str, UntouchedText], target_lang: str) -> dict:
+    """Per test set (name -> generation, name -> its untouched text) and the averages over them: sacreBLEU of the
+    Moses-detokenised hypotheses against the official references (the paper's figure, B2T's protocol), and
+    tokenised BLEU with compound splitting (fairseq's ``compound_split_bleu.sh``) as a second figure."""
     per_set: Dict[str, Dict[str, Any]] = {}
+    signature = ""  # every test set's: the same metric
     for name, gen in generations.items():
+        detokenized = detokenize(gen.hypotheses, target_lang)
+        sacre, signature = untouched_sacrebleu(gen, detokenized, untouched[name], target_lang)
         bleu, detail = tokenized_bleu(
             [compound_split(h) for h in gen.hypotheses], [compound_split(r) for r in gen.references]
         )
-        sacre, signature = detokenized_sacrebleu(gen, target_lang)
-        per_set[name] = {"bleu": bleu, "bleu_detail": detail, "sacrebleu": sacre, "sentences": len(gen.hypotheses)}
+        per_set[name] = {
+            "sacrebleu": sacre,
+            "references": untouched[name].official or untouched[name].path,
+            "bleu": bleu,
+            "bleu_detail": detail,
+            "sentences": len(gen.hypotheses),
+        }
     return {
-        "bleu": round(mean(s["bleu"] for s in per_set.values()), 2),
         "sacrebleu": round(mean(s["sacrebleu"] for s in per_set.values()), 2),
         "sacrebleu_signature": signature,
+        "bleu": round(mean(s["bleu"] for s in per_set.values()), 2),
         "test_sets": per_set,
         "averaged_over": list(per_set),
     }

@@ -10,6 +10,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -170,6 +171,59 @@ def test_iwslt_records_the_readme_interactive_flags(iwslt):
     assert flags in readme and "sys.stdout.write(sys.stdin.read().lower())" in readme
 
 
+def generation_of(prepared_lines, unk=None):
+    """What fairseq-generate --remove-bpe prints for the prepared test text of a model that translates it exactly:
+    its T- lines are the prepared references (``unk``: a word the dictionary lacks, printed as <unk>)."""
+    from fairseq_residual_tools.repro import scoring
+
+    rows = []
+    for i, line in enumerate(prepared_lines):
+        reference = unbpe(line).replace(unk, "<unk>") if unk else unbpe(line)
+        rows.append(f"T-{i}\t{reference}\nH-{i}\t-0.1\t{unbpe(line)}\n")
+    return scoring.parse_generate("".join(rows) + "Generate test with beam=5: BLEU4 = 99.0, 99/99/99/99 (BP=1.000)\n")
+
+
+def sacrebleu_command(*args, env=None):
+    command = [sys.executable, "-m", "sacrebleu", *map(str, args)]
+    return subprocess.run(command, capture_output=True, text=True, check=True, env=env).stdout
+
+
+def test_iwslt_keeps_the_untouched_test_text_with_its_record(iwslt):
+    from fairseq_residual_tools.dataprep.pipeline import file_sha256
+
+    record = json.loads((iwslt.out / "summary.json").read_text())["test_text"]
+    assert record["lowercase"] is True  # the recipe lowercases: sacreBLEU scores with -lc
+    (test,) = record["sets"]
+    assert (test["split"], test["name"], test["line_of_sample"]) == ("test", "test", None)
+    for lang in ("de", "en"):
+        entry = test["files"][lang]
+        assert entry["path"] == f"test-text/test.{lang}" and entry["lines"] == iwslt.expected["test"]
+        assert entry["sha256"] == file_sha256(iwslt.out / entry["path"])
+    # the <seg> text as released: its case and its curly apostrophe, which the prepared text lost
+    assert lines(iwslt.out / "test-text" / "test.en")[0] == "It\u2019s 100001 o'clock."
+    assert lines(iwslt.out / "tmp" / "test.en")[0] == "it &apos;s 100001 o &apos;clock ."
+    assert ids(iwslt.out / "test-text" / "test.en") == ids(iwslt.out / "text" / "test.en")  # line i is sample id i
+
+
+def test_iwslt_sacrebleu_is_the_sacrebleu_command_on_the_untouched_text_not_the_round_trip(iwslt, tmp_path):
+    """A model that reproduces the prepared references exactly: against its T- lines (lowercased, ' for ’, an <unk>)
+    it would score 100; against the release's text it scores what ``sacrebleu test-text/test.en -lc`` says."""
+    from fairseq_residual_tools.repro import scoring
+    from fairseq_residual_tools.repro.data_record import untouched_test_sets
+
+    gen = generation_of(lines(iwslt.out / "text" / "test.en"), unk="100001")
+    untouched = untouched_test_sets(iwslt.out / "bin", "de", "en")["test"]
+    scores = scoring.score_iwslt(gen, untouched, "en")
+    hypotheses = tmp_path / "hyp"
+    hypotheses.write_text("".join(x + "\n" for x in scoring.detokenize(gen.hypotheses, "en")), encoding="utf-8")
+    command = sacrebleu_command(iwslt.out / "test-text" / "test.en", "-i", hypotheses, "-lc", "-b", "-w", "2")
+    assert scores["sacrebleu"] == float(command) and "case:lc" in scores["sacrebleu_signature"]
+    round_trip = scoring.reference_sacrebleu(
+        scoring.detokenize(gen.hypotheses, "en"), scoring.detokenize(gen.references, "en"), True
+    )[0]
+    assert round_trip != scores["sacrebleu"]
+
+
 def test_iwslt_sides_stay_aligned_and_splits_are_disjoint(iwslt):
     seen = {}
     for split in ("train", "valid", "test"):
@@ -323,7 +377,7 @@ def wmt(tmp_path_factory):
             env={"WMT14_BASE_URL": str(root / "mirror")},
         )
     )
-    return SimpleNamespace(out=out, expected=expected, proc=proc)
+    return SimpleNamespace(out=out, expected=expected, proc=proc, mirror=root / "mirror")
 
 
 def test_wmt_sizes_follow_the_recipe(wmt):
@@ -350,6 +404,51 @@ def test_wmt_splits_are_disjoint_and_bpe_reversible(wmt):
     for name in ("valid", "test") + tuple(f"newstest{y}" for y in (2010, 2011, 2012, 2015, 2016)):
         assert not train & set(ids(wmt.out / "text" / f"{name}.en")), name
     assert [unbpe(x) for x in lines(wmt.out / "text" / "test.de")] == lines(wmt.out / "tmp" / "newstest2014.de")
+
+
+def test_wmt_keeps_each_test_sets_sgml_text_as_sacrebleu_reads_it(wmt):
+    record = json.loads((wmt.out / "summary.json").read_text())["test_text"]
+    assert record["lowercase"] is False
+    sets = {t["name"]: t for t in record["sets"]}
+    assert sorted(sets) == [f"newstest{y}" for y in range(2010, 2017)]
+    assert (sets["newstest2014"]["split"], sets["newstest2014"]["sacrebleu"]) == ("test", "-t wmt14/full -l en-de")
+    assert sets["newstest2010"]["sacrebleu"] == "-t wmt10 -l en-de"
+    for name, test in sets.items():
+        assert test["files"]["de"]["lines"] == wmt.expected["tests"][name], name
+    assert lines(wmt.out / "test-text" / "newstest2014.en")[0].startswith("He says it\u2019s the")
+
+
+def test_wmt_references_are_sacrebleus_own_wmt14_full_and_so_is_the_score(wmt, tmp_path):
+    """``sacrebleu -t wmt14/full -l en-de`` on the fixture's test-full.tgz (in sacrebleu's folder, as a download
+    leaves it): its references are the recorded text, and its score of the hypotheses is the harness's."""
+    from fairseq_residual_tools.repro import scoring
+    from fairseq_residual_tools.repro.data_record import untouched_test_sets
+
+    raw = tmp_path / "sacrebleu" / "wmt14" / "full" / "raw"
+    raw.mkdir(parents=True)
+    shutil.copy(wmt.mirror / "test-full.tgz", raw / "wmt14_full.test-full.tgz")
+    with tarfile.open(raw / "wmt14_full.test-full.tgz") as tar:
+        tar.extractall(raw, filter="data")
+    env = dict(os.environ, SACREBLEU=str(tmp_path / "sacrebleu"))
+    official = ["-t", "wmt14/full", "-l", "en-de"]
+    assert sacrebleu_command(*official, "--echo", "ref", env=env).splitlines() == lines(
+        wmt.out / "test-text" / "newstest2014.de"
+    )
+    assert sacrebleu_command(*official, "--echo", "src", env=env).splitlines() == lines(
+        wmt.out / "test-text" / "newstest2014.en"
+    )
+    untouched = {u.name: u for u in untouched_test_sets(wmt.out / "bin", "en", "de").values()}
+    splits = json.loads((wmt.out / "bin" / "test_splits.json").read_text())
+    prefix = {name: "test" if name == "newstest2014" else name for name in splits.values()}
+    generations = {name: generation_of(lines(wmt.out / "text" / f"{prefix[name]}.de")) for name in untouched}
+    scores = scoring.score_wmt(generations, untouched, "de")
+    hypotheses = tmp_path / "hyp"
+    newstest2014 = scoring.detokenize(generations["newstest2014"].hypotheses, "de")
+    hypotheses.write_text("".join(x + "\n" for x in newstest2014), encoding="utf-8")
+    command = sacrebleu_command(*official, "-i", hypotheses, "-b", "-w", "2", env=env)
+    assert scores["test_sets"]["newstest2014"]["sacrebleu"] == float(command) < 100.0  # ’ is not '
+    assert scores["test_sets"]["newstest2014"]["bleu"] == 100.0  # the tokenised, compound-split second figure
+    assert scores["sacrebleu_signature"].startswith("nrefs:1|case:mixed|eff:no|tok:13a")
 
 
 def test_fairseq_loads_the_wmt_data_bin_with_every_test_split(wmt):
@@ -400,6 +499,19 @@ def test_opus_sentencepiece_is_applied_and_reversible(opus):
     de = ids(opus.out / "text" / "test.de-en.de", decode=lambda x: "".join(x.split()).replace("\u2581", " "))
     en = ids(opus.out / "text" / "test.de-en.en", decode=lambda x: "".join(x.split()).replace("\u2581", " "))
     assert de == en
+
+
+def test_opus_keeps_the_releases_test_files_for_every_pair_with_a_test_set(opus):
+    record = json.loads((opus.out / "summary.json").read_text())["test_text"]
+    assert record["lowercase"] is False
+    assert [(t["split"], t["name"], sorted(t["files"])) for t in record["sets"]] == [
+        ("test", "test.de-en", ["de", "en"]),
+        ("test", "test.en-fr", ["en", "fr"]),
+    ]  # yo-en has no test set
+    for lang in ("de", "en"):
+        assert (opus.out / "test-text" / f"test.de-en.{lang}").read_bytes() == (
+            opus.out / "orig" / "de-en" / f"opus.de-en-test.{lang}"
+        ).read_bytes()
 
 
 def test_fairseq_multilingual_task_loads_the_opus_data_bin(opus):
@@ -491,6 +603,9 @@ def test_custom_corpus_bpe_pipeline_through_the_script(custom_corpus):
     )
     summary = json.loads((out / "summary.json").read_text())
     assert summary["pairs"] == {"train": 300, "valid": 20, "test": 20}
+    assert summary["test_text"]["lowercase"] is False and len(summary["test_text"]["sets"]) == 1
+    for lang in ("de", "en"):  # the test files as given
+        assert (out / "test-text" / f"test.{lang}").read_bytes() == (raw / f"test.{lang}").read_bytes()
     assert ids(out / "text" / "test.de") == list(range(2001, 2021)) == ids(out / "text" / "test.en")
     assert sum("@@ " in x for x in lines(out / "text" / "train.en")) > 0
     assert len(load_translation(out / "bin", "en", "de", "valid")) == 20
@@ -528,6 +643,7 @@ def test_custom_corpus_sentencepiece_pipeline(custom_corpus, tmp_path):
     decoded = ["".join(x.split()).replace("\u2581", " ").strip() for x in lines(out / "text" / "valid.en")]
     assert decoded == lines(raw / "valid.en")
     assert (out / "bin" / "valid.de-en.de.bin").exists() and not (out / "bin" / "test.de-en.de.bin").exists()
+    assert json.loads((out / "summary.json").read_text())["test_text"] == {"lowercase": False, "sets": []}
     # the recorded settings: fairseq's own sentencepiece bpe (what load_translator and fairseq-interactive
     # use) with the recorded model encodes raw text as data prep did, and decodes back to it
     from fairseq.data.encoders.sentencepiece_bpe import SentencepieceBPE, SentencepieceConfig

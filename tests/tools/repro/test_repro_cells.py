@@ -95,6 +95,21 @@ def test_cell_configs_follow_the_authors_settings():
     assert opus["task"]["sampling_temperature"] == 5.0 and opus["task"]["encoder_langtok"] == "tgt"
 
 
+def test_wmt_decodes_and_averages_as_b2ts_protocol_and_the_config_keeps_the_checkpoints_it_averages():
+    """takase/b2t_connection: the last 10 checkpoints, beam 4, length penalty 0.6 on newstest2014, 1.0 otherwise."""
+    wmt, iwslt = cells.DATASETS["wmt14"], cells.DATASETS["iwslt14"]
+    assert wmt.decoding_for("newstest2014") == {"beam": 4, "lenpen": 0.6}
+    assert all(wmt.decoding_for(f"newstest{y}") == {"beam": 4, "lenpen": 1.0} for y in (2010, 2013, 2016))
+    assert iwslt.decoding_for("test") == {"beam": 5, "lenpen": 1.0, "max_len_a": 1.2, "max_len_b": 10}
+    assert (wmt.average, iwslt.average, cells.DATASETS["opus100"].average) == (10, 5, 5)
+    kept = {
+        "wmt14": resolved(compose(parse_cell("wmt14/b2t/e18d18"), ["task.data=/d"]))["checkpoint"],
+        "iwslt14": resolved(compose(parse_cell("iwslt14/pre/e6d6"), ["task.data=/d"]))["checkpoint"],
+    }
+    assert kept["wmt14"]["keep_interval_updates"] == 10 and kept["iwslt14"]["keep_last_epochs"] == 5
+    assert paper_tables()["wmt14"].metric == "sacrebleu"  # the WMT table's figure
+
+
 @pytest.mark.slow
 def test_dry_run_of_every_cell_prints_a_command_naming_existing_configs(tmp_path):
     proc = subprocess.run(

@@ -1,4 +1,5 @@
-"""The whole chain on the demo data-bin: train two schemes, average, generate, score, tables.
+"""The whole chain on the demo corpus, prepared by data prep's custom recipe (lowercased, as IWSLT-14's): train two
+schemes, average, generate, score, tables.
 
 Two IWSLT-14 cells (Post-LN and ResiDual, E6D6) are shrunk with hydra overrides to
 a few CPU seconds; the tables must mark them as not the paper's setting. A third
@@ -18,6 +19,8 @@ import pytest
 from helpers import ROOT, SCRIPTS, TINY
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from fairseq_residual_tools.dataprep import custom
+from fairseq_residual_tools.errors import DataError
 from fairseq_residual_tools.repro import cli, scoring
 from fairseq_residual_tools.training_log import parse_log
 
@@ -57,11 +60,21 @@ def run_all(commands, cwd):
     return outputs
 
 
+def prepared_demo(raw_prefixes, out):
+    """The demo corpus through data prep (``prepare-custom.sh --lowercase``): a data-bin with the untouched test text
+    recorded beside it."""
+    corpus = [f"--{split}-prefix={raw_prefixes[split]}" for split in ("train", "valid", "test")]
+    options = ["--src", "src", "--tgt", "tgt", "--lowercase", "--max-len", "0", "--bpe-merges", "400"]
+    assert custom.main([*corpus, *options, "--out", str(out), "--workers", "1", "--quiet"]) == 0
+    return out / "bin"
+
+
 @pytest.fixture(scope="module")
 def chain(demo_databin, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("chain")
     work, results = tmp / "work", tmp / "results"
-    common = ["--work", str(work), "--results", str(results), "--data", str(demo_databin.databin), "--cpu"]
+    data = prepared_demo(demo_databin.raw_prefixes, tmp / "data")
+    common = ["--work", str(work), "--results", str(results), "--data", str(data), "--cpu"]
     train_out = run_all([["bash", str(SCRIPTS / "train.sh"), "--cell", c, *common, "--", *SHRINK] for c in CELLS], tmp)
     eval_out = run_all(
         [["bash", str(SCRIPTS / "evaluate.sh"), "--cell", c, *common, "--average", "2"] for c in CELLS], tmp
@@ -131,8 +144,13 @@ def chain(demo_databin, tmp_path_factory):
         check=True,
         capture_output=True,
     )
+    unrecorded = ["--cell", CELLS[1], "--work", str(work), "--results", str(tmp / "unrecorded"), "--average", "2"]
+    with pytest.raises(DataError) as unrecorded_error:  # the demo's own data-bin: no data prep record beside it
+        cli.main(["evaluate", *unrecorded, "--data", str(demo_databin.databin), "--cpu"])
     return dict(
-        data=demo_databin.databin,
+        data=data,
+        unrecorded_error=str(unrecorded_error.value),
+        demo_data=demo_databin.databin,
         work=work,
         results=results,
         tables=tables.read_text(),
@@ -177,7 +195,13 @@ def test_evaluation_averages_generates_and_scores_as_the_paper(chain):
         gen = scoring.parse_generate((chain["work"] / cell / "evaluation" / "generate-test.txt").read_text())
         assert scores["bleu"] == gen.fairseq_bleu == scoring.tokenized_bleu(gen.hypotheses, gen.references)[0]
         assert "@@" not in " ".join(gen.hypotheses + gen.references)
-        assert 0.0 <= scores["sacrebleu"] <= 100.0 and scores["sacrebleu_signature"].startswith("nrefs:1|")
+        # sacreBLEU: the sacrebleu command on the untouched test text, -lc as the recipe lowercased
+        untouched = chain["data"].parent / "test-text" / "test.tgt"
+        hypotheses = chain["work"] / cell / "evaluation" / "hypotheses.detok"
+        hypotheses.write_text("".join(x + "\n" for x in scoring.detokenize(gen.hypotheses, "tgt")), encoding="utf-8")
+        command = [sys.executable, "-m", "sacrebleu", str(untouched), "-i", str(hypotheses), "-lc", "-b", "-w", "2"]
+        assert scores["sacrebleu"] == float(subprocess.run(command, capture_output=True, text=True).stdout)
+        assert scores["sacrebleu_signature"].startswith("nrefs:1|case:lc|eff:no|tok:13a")
         assert "--beam 5" in record["evaluation"]["commands"][0]
         assert "fairseq-generate" in record["scoring"] and "scored as:" in out
         training = record["training"]
@@ -197,7 +221,10 @@ def test_a_diverged_training_is_reported_as_fails_with_its_data(chain):
     assert record["data"]["data_bin"] == str(chain["data"]) and not record["data"]["papers_data"]
     assert re.search(r"^\| +Post-LN +\| other data +\| 35\.37 +\|  +\| other data +\| fails +\|  +\|$", table, re.M)
     assert re.search(
-        r"^- `iwslt14/post/e12d12`: fails; data-bin demo-data\d*/data-bin, sha256 [0-9a-f]{12}; ", table, re.M
+        r"^- `iwslt14/post/e12d12`: fails; data-bin data/bin, data prep's custom recipe, src-tgt, 800 train / 40 valid "
+        r"/ 40 test pairs, sha256 [0-9a-f]{12}; ",
+        table,
+        re.M,
     )
     # the ablation: Pre-LN without warmup, E12D12, detected from the log alone (its launch names no data)
     assert re.search(r"^\| +Pre-LN +\| no +\| not run +\| 32\.28 +\|  +\| other data +\| 31\.82 +\|  +\|$", table, re.M)
@@ -245,6 +272,7 @@ def test_evaluate_dry_run_names_the_checkpoints_and_writes_nothing(chain):
     assert out.returncode == 0, out.stderr[-2000:]
     assert f"{CELLS[0]}: trained (max_epoch reached); would average checkpoint2.pt, checkpoint3.pt" in out.stdout
     assert "BLEU of fairseq-generate" in out.stdout and "would" in out.stdout
+    assert "then decode the test sets (fairseq-generate: beam 5, lenpen 1.0, max_len_a 1.2, max_len_b 10)" in out.stdout
 
 
 def test_the_tables_compare_no_cell_trained_on_other_data_and_name_its_data(chain):
@@ -252,12 +280,21 @@ def test_the_tables_compare_no_cell_trained_on_other_data_and_name_its_data(chai
     table = chain["tables"]
     record = json.loads((chain["results"] / "iwslt14/residual/e6d6.json").read_text())
     data = record["data"]
-    assert data["data_bin"] == str(chain["data"]) and data["summary_json"] is None and data["papers_data"] is False
+    assert data["data_bin"] == str(chain["data"]) and data["recipe"] == "custom" and data["papers_data"] is False
     assert re.fullmatch(r"[0-9a-f]{64}", data["data_bin_sha256"])
     assert re.search(r"^\| +ResiDual +\| other data +\| 35\.63 +\|  +\| not run +\| 36\.09 +\|  +\|$", table, re.M)
     assert re.search(r"^\| +DeepNet \(100 layers\) +\| (not run|scheme not implemented) +\| 29\.0 +\|", table, re.M)
     line = re.search(r"^- `iwslt14/residual/e6d6`: (.*)$", table, re.M)[1]
-    assert line.startswith(f"bleu {record['scores']['bleu']:.2f}; data-bin {chain['data'].parent.name}/data-bin, ")
-    assert f"sha256 {data['data_bin_sha256'][:12]}; not the paper's data: no data prep summary.json" in line
+    assert line.startswith(f"bleu {record['scores']['bleu']:.2f}; data-bin data/bin, data prep's custom recipe, ")
+    assert f"sha256 {data['data_bin_sha256'][:12]}; not the paper's data: made by data prep's custom recipe" in line
     assert re.search(r"; overrides: .*model.encoder_layers=2.*; trained on CPU$", line)
     assert str(ROOT) not in table and str(chain["data"]) not in table  # no machine paths in the published tables
+
+
+def test_a_data_bin_without_its_untouched_test_text_is_not_scored(chain):
+    """The demo's own data-bin has no data prep record: no sacreBLEU against its T- lines, one line naming the fix."""
+    assert chain["unrecorded_error"] == (
+        f"{chain['demo_data']} has no data prep summary.json beside it: sacreBLEU scores against the untouched test "
+        "text that data-prep/prepare-*.sh records there; prepare the data with one of them (prepare-custom.sh for a "
+        "corpus of your own)"
+    )

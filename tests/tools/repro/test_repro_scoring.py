@@ -7,6 +7,7 @@ from fairseq_residual_tools.errors import DataError
 from fairseq_residual_tools.files import write_json
 from fairseq_residual_tools.repro import cli, scoring
 from fairseq_residual_tools.repro.cells import DATASETS
+from fairseq_residual_tools.repro.data_record import UntouchedText
 from fairseq_residual_tools.repro.evaluate import (
     averaging_deviation,
     averaging_gap,
@@ -47,14 +48,40 @@ def test_tokenized_bleu_matches_fairseq_score():
     assert bleu == 53.73 and detail.startswith("BLEU4 = 53.73, 83.3/60.0/50.0/33.3")
 
 
-def test_wmt_scores_each_test_set_with_compound_splitting_and_averages_them():
-    exact = scoring.Generation(["das ist ein Test ."], ["das ist ein Test ."])
-    compound = scoring.Generation(
-        ["ein gut @-@ gemachter Plan für heute ."], ["ein gut @-@ bekannter Plan für heute ."]
+def untouched(lines, lowercase=False, line_of_sample=None, name="test", official=None):
+    return UntouchedText(
+        "test", name, list(lines), line_of_sample, lowercase, f"/data/test-text/{name}", "0" * 64, official
     )
-    scores = scoring.score_wmt({"newstest2010": exact, "newstest2011": compound}, "de")
-    assert scores["test_sets"]["newstest2010"]["bleu"] == 100.0
-    split = scores["test_sets"]["newstest2011"]["bleu"]
+
+
+def test_wmt_headline_is_sacrebleu_against_the_official_references_averaged_and_compound_split_bleu_is_second():
+    exact = scoring.Generation(["das ist ein Test ."], ["das ist ein Test ."], ids=[0])
+    compound = scoring.Generation(
+        ["ein gut @-@ gemachter Plan für heute ."], ["ein gut @-@ bekannter Plan für heute ."], ids=[0]
+    )
+    official = {
+        "newstest2010": untouched(["Das ist ein „Test“."], name="newstest2010", official="-t wmt10 -l en-de"),
+        "newstest2011": untouched(["Ein gut-bekannter Plan für heute."], name="newstest2011"),
+    }
+    scores = scoring.score_wmt({"newstest2010": exact, "newstest2011": compound}, official, "de")
+    per_set = scores["test_sets"]
+    # sacreBLEU of the detokenised hypothesis against the SGML text: its quotes are not the T- line's
+    assert (
+        per_set["newstest2010"]["sacrebleu"]
+        == scoring.reference_sacrebleu(["das ist ein Test."], ["Das ist ein „Test“."], False, "de")[0]
+    )
+    assert per_set["newstest2010"]["sacrebleu"] < 100.0 and per_set["newstest2010"]["bleu"] == 100.0
+    assert per_set["newstest2010"]["references"] == "-t wmt10 -l en-de"
+    assert (
+        per_set["newstest2011"]["sacrebleu"]
+        == scoring.reference_sacrebleu(
+            ["ein gut-gemachter Plan für heute."], ["Ein gut-bekannter Plan für heute."], False, "de"
+        )[0]
+    )
+    assert scores["sacrebleu"] == round(
+        (per_set["newstest2010"]["sacrebleu"] + per_set["newstest2011"]["sacrebleu"]) / 2, 2
+    )
+    split = per_set["newstest2011"]["bleu"]
     assert (
         split
         == scoring.tokenized_bleu(
@@ -254,3 +281,38 @@ def test_a_recipes_sample_id_mapping_picks_the_reference_lines_and_a_partial_dec
         scoring.original_references(gen, ["x", "y", "z"])
     with pytest.raises(DataError, match="not in the recipe's mapping"):
         scoring.original_references(gen, ["x", "y"], line_of=[0])
+
+
+def sacrebleu_command(tmp_path, references, hypotheses, *options):
+    """What the sacrebleu command prints for ``hypotheses`` against the reference file ``references``."""
+    import subprocess
+    import sys
+
+    (tmp_path / "hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    command = [sys.executable, "-m", "sacrebleu", str(references), "-i", str(tmp_path / "hyp"), "-b", "-w", "2"]
+    return float(subprocess.run([*command, *options], capture_output=True, text=True, check=True).stdout)
+
+
+def test_iwslt_sacrebleu_is_the_sacrebleu_command_on_the_untouched_text_lowercased_where_the_recipe_lowercased(
+    tmp_path,
+):
+    """The T- round trip (lowercased, split curly quotes, <unk>) is not what the score is against."""
+    gen = scoring.parse_generate(ROUND_TRIP + "Generate test with beam=5: BLEU4 = 61.2, 90/70/60/50 (BP=1.000)\n")
+    (tmp_path / "ref").write_text("\n".join(ORIGINAL_REFERENCES) + "\n", encoding="utf-8")
+    scores = scoring.score_iwslt(gen, untouched(ORIGINAL_REFERENCES, lowercase=True), "en")
+    hypotheses = scoring.detokenize(gen.hypotheses, "en")
+    assert scores["sacrebleu"] == sacrebleu_command(tmp_path, tmp_path / "ref", hypotheses, "-lc")
+    assert scores["sacrebleu_signature"].startswith("nrefs:1|case:lc|eff:no|tok:13a")
+    assert scores["bleu"] == 61.2 and scores["sentences"] == 2  # the paper's figure: fairseq's, as printed
+    cased = scoring.score_iwslt(gen, untouched(ORIGINAL_REFERENCES, lowercase=False), "en")
+    assert cased["sacrebleu"] == sacrebleu_command(tmp_path, tmp_path / "ref", hypotheses)
+    assert "case:mixed" in cased["sacrebleu_signature"] and cased["sacrebleu"] < scores["sacrebleu"]
+
+
+def test_a_recipes_sample_id_mapping_pairs_each_hypothesis_with_its_own_reference():
+    """Test lines dropped and reordered by a recipe: sample id i is line line_of_sample[i] of the untouched text."""
+    gen = scoring.Generation(["this is the second line", "this is the first line"], ["t", "t"], ids=[0, 1])
+    lines = ["dropped", "This is the first line", "This is the second line"]
+    text = untouched(lines, lowercase=True, line_of_sample=[2, 1])
+    assert scoring.untouched_sacrebleu(gen, gen.hypotheses, text, "en")[0] == 100.0
+    assert scoring.untouched_sacrebleu(gen, gen.hypotheses[::-1], text, "en")[0] < 100.0

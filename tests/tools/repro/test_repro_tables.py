@@ -45,3 +45,18 @@ def test_only_cells_trained_on_the_papers_data_are_compared_and_the_others_are_l
         f"- `iwslt14/pre/e6d6`: bleu 0.00; {own}",
         f"- `iwslt14/residual/e12d12`: fails; {own}",
     ]
+
+
+def test_the_wmt_table_shows_the_sacrebleu_average_and_its_signature_not_the_tokenised_bleu(tmp_path):
+    signature = "nrefs:1|case:mixed|eff:no|tok:13a|smooth:exp|version:2.6.0"
+    scores = {"sacrebleu": 27.31, "sacrebleu_signature": signature, "bleu": 28.4}
+    trained = {"state": "trained", "deviations": []}
+    write_json(
+        tmp_path / "cells" / "wmt14/b2t/e18d18.json",
+        {"status": "measured", "scores": scores, "training": trained, "data": {**PAPERS, "recipe": "wmt14"}},
+    )
+    text = render(paper_tables()["wmt14"], tmp_path / "cells", tmp_path / "work")
+    assert re.search(r"^\| B2T +\| not run +\| 26\.53 +\| +\| 27\.31 +\| 27\.30 +\| \+0\.01 +\|$", text, re.M)
+    assert f"Measured sacreBLEU signature: `{signature}`" in text and "28.40" not in text
+    iwslt = render(paper_tables()["iwslt14"], tmp_path / "cells", tmp_path / "work")
+    assert "signature" not in iwslt  # its figure is fairseq's tokenised BLEU
