@@ -177,12 +177,14 @@ def generate_command(databin, save_dir: Path, *extra, cpu: bool = True) -> List[
 
 def score_generated(save_dir: Path, references: List[str]) -> Tuple[List[str], float, str]:
     """The Moses-detokenised hypotheses of a ``generate_command``'s output, in test-set order, and their sacrebleu
-    score and signature against ``references``."""
-    from .repro.scoring import detokenize, parse_generate, sacrebleu_score  # fairseq: loaded only to score
+    score and signature against ``references``: the test set's untouched text, one line per sample id (the synthetic
+    corpus is not lowercased: scored cased)."""
+    from .repro.scoring import detokenize, original_references, parse_generate, reference_sacrebleu
 
     output = (Path(save_dir) / "generate-test" / "generate-test.txt").read_text(encoding="utf-8")
-    hypotheses = detokenize(parse_generate(output).hypotheses, "en")
-    bleu, signature = sacrebleu_score(hypotheses, references)
+    gen = parse_generate(output)
+    hypotheses = detokenize(gen.hypotheses, "en")
+    bleu, signature = reference_sacrebleu(hypotheses, original_references(gen, references), lowercase=False)
     return hypotheses, bleu, signature
 
 

@@ -35,10 +35,9 @@ from ..markdown import table
 from ..provenance import describe_git, git_state, provenance
 from ..training_log import outcome
 from . import bible_study
-from .bible_report import CHAPTERS, REFERENCES, TestSet, run_id
+from .bible_report import CHAPTERS, REFERENCES, TestSet, extended_rows, run_id
 from .fingerprint import model_fingerprint
 from .plateau import best_until
-from .significance import holm
 from .study import RunSpec
 
 EXTENDED = "extended"
@@ -209,8 +208,7 @@ def write_readme(out: Path) -> None:
         "same way, to see whether more updates get it out; it is scored only if the rule no longer fails it.\n",
     ]
     records = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(out.glob("*.json"))]
-    # every comparison of the page is one family for Holm's correction
-    adjusted = iter(holm([c["p"] for r in records for c in r["compared"]]))
+    adjusted = iter(c["p_holm"] for c in extended_rows(out))  # the page's comparisons: one family
     for r in records:
         at_plateau = best_until(r["valid_curve"], r["from_update"])
         where = f"where the rule failed it ({r['source_fails']})" if r.get("source_fails") else "at its plateau"

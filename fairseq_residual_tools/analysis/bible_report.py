@@ -2,10 +2,13 @@
 depth beside the paper's IWSLT table, every run's line, the validation curves, and the block that README.md and
 docs/results.md show between their markers (``publish``)."""
 
+import json
 import math
+import re
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Set, Tuple
 
+from ..errors import ConfigError
 from ..files import write_json, write_text
 from ..markdown import table, write_block
 from ..provenance import ROOT, describe
@@ -204,8 +207,11 @@ def hypotheses_file(runs: Path, run: Dict) -> Path:
 
 
 def baselines(scheme: str) -> Sequence[str]:
-    """What a scheme's translations are tested against: Pre-LN, the paper's baseline; and ResiDual for what is built
-    on it or came after it (its options, Hyper-Connections, SiameseNorm, Attention Residuals)."""
+    """What a scheme's translations are tested against: Pre-LN, the paper's baseline; ResiDual against Post-LN too
+    (the paper compares it with both); and ResiDual for what is built on it or came after it (its options,
+    Hyper-Connections, SiameseNorm, Attention Residuals)."""
+    if scheme == "residual":
+        return ("pre", "post")
     follows_residual = scheme.startswith("residual:") or scheme in AFTER_RESIDUAL
     return ("pre", "residual") if follows_residual else ("pre",)
 
@@ -237,7 +243,7 @@ class TestSet:
         return paired_test(self.of(system), self.of(baseline, baseline_folder), self.draws)
 
     def describe(self) -> str:
-        return f"{self.draws.describe()}; Holm's correction over the report's comparisons"
+        return self.draws.describe()
 
 
 def comparisons(results: List[Dict], runs: Path) -> Tuple[List[Dict], str]:
@@ -255,7 +261,7 @@ def comparisons(results: List[Dict], runs: Path) -> Tuple[List[Dict], str]:
     scored = [r for r in results if not r["fails"] and hypotheses_file(runs, r).is_file()]
     for layers, warmup, seed in dict.fromkeys((r["layers"], r["warmup"], r["seed"]) for r in scored):
         cell = {r["scheme"]: r for r in scored if (r["layers"], r["warmup"], r["seed"]) == (layers, warmup, seed)}
-        pairs = [(s, b) for b in ("pre", "residual") if b in cell for s in cell if s != b and b in baselines(s)]
+        pairs = [(s, b) for b in ("pre", "post", "residual") if b in cell for s in cell if s != b and b in baselines(s)]
         ranked = sorted(cell, key=lambda s: -cell[s]["bleu"])
         if len(ranked) > 1 and not {(ranked[0], ranked[1]), (ranked[1], ranked[0])} & set(pairs):
             pairs.append((ranked[0], ranked[1]))  # the best against its second
@@ -276,6 +282,53 @@ def comparisons(results: List[Dict], runs: Path) -> Tuple[List[Dict], str]:
             where.update(against_warmup=deep["warmup"], against_layers=shallow["layers"])
             rows.append({**where, **test_set.test(deep, shallow)})
     return with_holm(rows), test_set.describe() if rows else ""
+
+
+def extended_rows(folder: Path) -> List[Dict]:
+    """Every comparison on the extensions' page (``bible_extend``; ``folder``: OUT/extended), each with the name of
+    the extension it is against and Holm's p over the page (its one family), in the page's order."""
+    records = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(folder.glob("*.json"))]
+    return with_holm([dict(c, extension=r["name"]) for r in records for c in r["compared"]])
+
+
+#: in a report's summary.md, the figures the report writes from the records (``render_figures``), never typed:
+#: {{sacrebleu RUN}}, {{bleu RUN}}, {{best RUN}} (best validation loss) and {{RUN vs RUN}} (a comparison the report
+#: or its extensions' page makes: the difference, first minus second, and its Holm p)
+FIGURE = re.compile(r"\{\{(?:(sacrebleu|bleu|best) ([^\s{}]+)|([^\s{}]+) vs ([^\s{}]+))\}\}")
+
+
+def render_figures(text: str, results: Sequence[Dict], compared: Sequence[Dict], out: Path) -> str:
+    """``text`` with every ``FIGURE`` replaced by its value from the finished runs, the extensions' records and the
+    comparisons (``comparisons``, ``extended_rows``); one that names no finished run or made comparison stops the
+    report in one line."""
+    extended = out / "extended"
+    records = [json.loads(p.read_text(encoding="utf-8")) for p in sorted(extended.glob("*.json"))]
+    runs = {r["name"]: r for r in [*results, *records]}
+    named = {(r["scheme"], r["layers"], r["warmup"], r["seed"]): r["name"] for r in results}
+    pairs: Dict[Tuple[str, str], Dict] = {}
+    for c in compared:
+        system = named[(c["scheme"], c["layers"], c["warmup"], c["seed"])]
+        baseline = named[(c["against"], c.get("against_layers", c["layers"]), c["against_warmup"], c["seed"])]
+        pairs[(system, baseline)] = c
+    pairs.update({(c["name"], c["extension"]): c for c in extended_rows(extended)})
+
+    def value(match) -> str:
+        kind, run, first, second = match.groups()
+        if kind:
+            if run not in runs or runs[run].get("bleu") is None:
+                raise ConfigError(f"summary.md: {match[0]}: {run} is not a scored run of this report")
+            field = {"sacrebleu": "sacrebleu", "bleu": "bleu", "best": "best_valid_loss"}[kind]
+            return f"{runs[run][field]:.{3 if kind == 'best' else 2}f}"
+        row, sign = pairs.get((first, second)), 1
+        if row is None:
+            row, sign = pairs.get((second, first)), -1
+        if row is None:
+            raise ConfigError(f"summary.md: {match[0]}: not a comparison this report or its extensions' page makes")
+        if row["p"] is None:
+            return "the same sacreBLEU"
+        return f"sacreBLEU {sign * row['delta']:+.2f}, Holm p = {row['p_holm']:.3f}"
+
+    return FIGURE.sub(value, text)
 
 
 def same_comparison(row: Dict) -> Tuple:
@@ -316,7 +369,7 @@ def significance_table(compared: List[Dict], signature: str) -> str:
         rows[-1] += [every]
     headers = ["depth", "warmup", "seed", "scheme", "against", "against: sacreBLEU", "sacreBLEU", "difference"]
     headers += ["95 % interval", "p", "Holm p", "at every seed"]
-    return f"{table(headers, rows)}\n\nTest: {signature}."
+    return f"{table(headers, rows)}\n\nTest: {signature}; Holm's correction over every comparison in this table."
 
 
 def test_set_size(runs: Path) -> str:
@@ -408,6 +461,8 @@ def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[D
             + f"Started with:\n\n    {meta['command']}\n",
         )
         return
+    compared, test_signature = comparisons(results, out / "runs")
+    reading = render_figures(reading, results, compared, out)
     title = "Bible es-en, trained to the plateau (a CPU-scale run)"
     plot_curves(results, out / "valid_loss.png", title, None)
     zoom = zoom_start(results, meta["settings"])
@@ -416,7 +471,6 @@ def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[D
     data = meta["data"]
     signature = next((r["sacrebleu_signature"] for r in results if r.get("sacrebleu_signature")), "n/a")
     hours = sum(r["train_seconds"] for r in results) / 3600
-    compared, test_signature = comparisons(results, out / "runs")
     progress = (
         f"**{len(results)} of the {len(plan_names(meta)) or len(results)} planned runs have finished**"
         + (f", {len(cut_runs(meta))} were cut." if cut_runs(meta) else ".")

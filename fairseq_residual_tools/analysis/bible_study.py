@@ -230,9 +230,10 @@ def keep_average(save_dir: Path, update: int, n: int) -> Optional[Path]:
 
 def average_and_score(databin: Path, save_dir: Path, end_update: int, args) -> Dict:
     """The last ``--average`` interval checkpoints up to ``end_update`` averaged, the test set decoded (beam 5) and
-    scored: fairseq's tokenised BLEU, the paper's IWSLT measure (``score_iwslt``), and sacreBLEU of the detokenised
-    translations against the untouched test verses (``test_text``), lowercased as the recipe lowercases."""
+    scored: fairseq's tokenised BLEU, the paper's IWSLT measure, and sacreBLEU of the detokenised translations against
+    the untouched test verses, lowercased as the recipe lowercases (``score_iwslt``)."""
     from ..repro import evaluate, scoring  # fairseq: loaded only to score
+    from ..repro.data_record import untouched_test_sets
 
     found = numbered_checkpoints(save_dir, "update", upper_bound=end_update)[: args.average]
     if not found:
@@ -242,32 +243,28 @@ def average_and_score(databin: Path, save_dir: Path, end_update: int, args) -> D
     )
     task_args = ["--source-lang", args.src, "--target-lang", args.tgt]
     gen = evaluate.generate(databin, averaged, True, "test", task_args, "@@ ", save_dir / "generate-test.out")
-    test = test_text(databin)
-    hypotheses = scoring.detokenize(gen.hypotheses, args.tgt)
-    references = scoring.original_references(gen, test["references"])
-    sacre, signature = scoring.reference_sacrebleu(hypotheses, references, test["lowercase"], args.tgt)
+    untouched = untouched_test_sets(databin, args.src, args.tgt)["test"]
     return {
         "averaged": [p.name for p, _ in found],
         "generate_command": gen.command,
-        **scoring.score_iwslt(gen, args.tgt),
-        "sacrebleu": sacre,
-        "sacrebleu_signature": signature,
+        **scoring.score_iwslt(gen, untouched, args.tgt),
     }
 
 
 def test_text(databin) -> Dict:
     """The untouched test verses (``references``), the chapter of each (``documents``) and whether the recipe
-    lowercased what the model learnt (``lowercase``): the data prep's ``test_text`` record beside the data-bin."""
-    folder = Path(databin).parent
-    summary = folder / "summary.json"
-    record = json.loads(summary.read_text(encoding="utf-8")).get("test_text") if summary.is_file() else None
-    if record is None:
-        raise DataError(
-            f"{summary} records no untouched test text (prepared before it was kept): run data-prep/prepare-bible.sh "
-            "with the same options again, which adds it without redoing the data-bin"
-        )
-    lines = {k: (folder / record[k]).read_text(encoding="utf-8").splitlines() for k in ("references", "documents")}
-    return {**lines, "lowercase": record["lowercase"]}
+    lowercased what the model learnt (``lowercase``): the data prep's ``test_text`` record beside the data-bin
+    (``repro.data_record.untouched_test_sets``; one that lacks it stops in one line)."""
+    from ..repro.data_record import untouched_test_sets
+
+    summary = json.loads((Path(databin).parent / "summary.json").read_text(encoding="utf-8"))
+    options = summary.get("options", {})
+    test = untouched_test_sets(databin, options.get("src", "es"), options.get("tgt", "en"))["test"]
+    entry = next(e for e in summary["test_text"]["sets"] if e["split"] == "test")
+    if "documents" not in entry:
+        raise DataError(f"{databin}: its test_text names no chapters file: run data-prep/prepare-bible.sh again")
+    documents = (Path(databin).parent / entry["documents"]).read_text(encoding="utf-8").splitlines()
+    return {"references": test.lines, "documents": documents, "lowercase": test.lowercase}
 
 
 def run_one(spec: RunSpec, data: Dict, args, records: Path, runs_dir: Path) -> Dict:

@@ -195,6 +195,14 @@ def write_test_text(tmp: Path, langs: Sequence[str], out: Path):
     write_lines(out / "test.chapters", [f"{book} {chapter}" for book, chapter, _ in read_keys(tmp / "test.keys")])
 
 
+def test_text_record(stages: pipeline.RecipeStages, langs: Sequence[str], text: Path) -> dict:
+    """``summary.json``'s ``test_text`` (``RecipeStages.test_text``: the recipe lowercases), its one test set with the
+    file of its verses' chapters (``documents``): the unit the study's significance test resamples."""
+    record = stages.test_text([pipeline.TestText("test", "test", (langs[0], langs[1]), text / "test")], lowercase=True)
+    record["sets"][0]["documents"] = f"{TEST_TEXT}/test.chapters"
+    return record
+
+
 def prepare(args) -> pipeline.Stages:
     if {args.src, args.tgt} != set(MODULES):
         raise DataError(
@@ -266,13 +274,7 @@ def prepare(args) -> pipeline.Stages:
         verses=verse_counts(),
         modules={lang: {"module": modules[lang], "version": sword.module_version(modules[lang])} for lang in langs},
         references={s: str(tmp / f"{s}.raw.{args.tgt}") for s in ("valid", "test")},
-        test_text={
-            "references": f"{TEST_TEXT}/test.{args.tgt}",
-            "sources": f"{TEST_TEXT}/test.{args.src}",
-            "documents": f"{TEST_TEXT}/test.chapters",
-            "lowercase": True,
-            "sample_ids": "line i of each file is fairseq's test sample i: the test split keeps every verse, in order",
-        },
+        test_text=test_text_record(stages, langs, text),
         bpe_merges=args.bpe_merges,
         translation=stages.translation(test_steps, "subword_nmt", codes),
     )

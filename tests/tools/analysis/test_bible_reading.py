@@ -33,6 +33,17 @@ def test_a_bleu_difference_is_told_apart_only_where_holms_p_is_below_005():
     assert bible_reading.bleu_difference(None) == "BLEU not compared"
 
 
+def test_residual_is_tested_against_both_of_the_papers_baselines_post_ln_and_pre_ln(tmp_path):
+    references = ["the lord is my shepherd ; i shall not want .", "in the beginning was the word .", "jesus wept ."]
+    runs = [run("post", 6.0, 4.4, 100.0), run("pre", 6.0, 4.6, 100.0), run("residual", 6.0, 4.5, 100.0)]
+    (tmp_path / bible_report.REFERENCES).write_text("\n".join(references) + "\n")
+    (tmp_path / bible_report.CHAPTERS).write_text("Psalms 23\nJohn 1\nJohn 11\n")
+    for r in runs:
+        bible_report.hypotheses_file(tmp_path, r).write_text("\n".join(references) + "\n")
+    rows, _ = bible_report.comparisons(runs, tmp_path)
+    assert [(c["scheme"], c["against"]) for c in rows] == [("post", "pre"), ("residual", "pre"), ("residual", "post")]
+
+
 def test_a_cells_reading_ranks_its_runs_and_answers_the_issues_questions():
     runs = [
         run("post", 6.1, 4.60, 31.0, fails="a training loss above 2x the best before it"),
@@ -86,18 +97,22 @@ def test_each_cell_is_read_apart_in_the_order_its_runs_finished():
 def test_the_best_run_of_a_cell_is_tested_against_its_second_where_no_baseline_pairs_them(tmp_path):
     references = ["the lord is my shepherd ; i shall not want .", "in the beginning was the word .", "jesus wept ."]
     said = {
-        "post": references,
+        "deepnet": references,
         "residual": ["the lord is my shepherd ; i shall not want .", "in the beginning was a word .", "jesus wept"],
         "pre": ["the lord is a shepherd .", "in the start was the word .", "jesus cried ."],
     }
-    runs = [run("post", 6.0, 4.4, 100.0), run("pre", 6.0, 4.6, 20.0), run("residual", 6.0, 4.5, 60.0)]
+    runs = [run("deepnet", 6.0, 4.4, 100.0), run("pre", 6.0, 4.6, 20.0), run("residual", 6.0, 4.5, 60.0)]
     (tmp_path / bible_report.REFERENCES).write_text("\n".join(references) + "\n")
     (tmp_path / bible_report.CHAPTERS).write_text("".join(f"Psalms {i}\n" for i in range(len(references))))
     for r in runs:
         bible_report.hypotheses_file(tmp_path, r).write_text("\n".join(said[r["scheme"]]) + "\n")
     rows, signature = bible_report.comparisons(runs, tmp_path)
-    # Pre-LN is every run's baseline; Post-LN (best) against ResiDual (second) is added: no baseline pairs them
-    assert [(c["scheme"], c["against"]) for c in rows] == [("post", "pre"), ("residual", "pre"), ("post", "residual")]
+    # Pre-LN is every run's baseline; DeepNet (best) against ResiDual (second) is added: no baseline pairs them
+    assert [(c["scheme"], c["against"]) for c in rows] == [
+        ("deepnet", "pre"),
+        ("residual", "pre"),
+        ("deepnet", "residual"),
+    ]
     assert rows[2]["against_sacrebleu"] == rows[1]["sacrebleu"] and rows[2]["delta"] > 0
     assert signature.startswith(
         "two-sided paired bootstrap of the BLEU difference, 10,000 resamples of the test set's 3 chapters"
@@ -268,3 +283,36 @@ def test_each_deeper_run_is_tested_against_its_scheme_at_the_depth_below_and_the
     )
     assert "HC" not in paragraph
     assert "against E6D6" not in bible_reading.reading(runs[:3], [])  # one depth: no such paragraph
+
+
+def test_the_summarys_figures_are_written_from_the_records_and_a_figure_of_no_run_stops_the_report(tmp_path):
+    import json
+
+    import pytest
+
+    from fairseq_residual_tools.errors import ConfigError
+
+    pre, residual = run("pre", 6.0, 4.56, 32.45), run("residual", 6.2, 4.477, 33.49)
+    pre["sacrebleu"], residual["sacrebleu"] = 30.97, 32.12
+    compared = [dict(layers=6, warmup=True, seed=1, scheme="residual", against="pre", against_warmup=True)]
+    compared[0].update(delta=1.14, p=0.0004, p_holm=0.0068)
+    (tmp_path / "extended").mkdir()
+    extension = {"name": "pre-e6d6-warmup-seed1-to-8750", "bleu": 33.13, "sacrebleu": 31.58}
+    extension["compared"] = [{"name": "residual-e6d6-warmup-seed1", "delta": 0.53, "p": 0.17}]
+    (tmp_path / "extended" / "x.json").write_text(json.dumps(extension))
+    text = (
+        "ResiDual {{sacrebleu residual-e6d6-warmup-seed1}} (best {{best residual-e6d6-warmup-seed1}}): "
+        "{{residual-e6d6-warmup-seed1 vs pre-e6d6-warmup-seed1}}; the other way "
+        "{{pre-e6d6-warmup-seed1 vs residual-e6d6-warmup-seed1}}; trained as long "
+        "{{residual-e6d6-warmup-seed1 vs pre-e6d6-warmup-seed1-to-8750}}, {{bleu pre-e6d6-warmup-seed1-to-8750}}."
+    )
+    assert bible_report.render_figures(text, [pre, residual], compared, tmp_path) == (
+        "ResiDual 32.12 (best 4.477): sacreBLEU +1.14, Holm p = 0.007; the other way sacreBLEU -1.14, Holm p = "
+        "0.007; trained as long sacreBLEU +0.53, Holm p = 0.170, 33.13."  # one comparison on that page: p itself
+    )
+    with pytest.raises(ConfigError, match="not a comparison"):
+        bible_report.render_figures(
+            "{{pre-e6d6-warmup-seed1 vs post-e6d6-warmup-seed1}}", [pre, residual], compared, tmp_path
+        )
+    with pytest.raises(ConfigError, match="not a scored run"):
+        bible_report.render_figures("{{sacrebleu hc-e6d6-warmup-seed1}}", [pre, residual], compared, tmp_path)

@@ -7,6 +7,7 @@ import json
 from sacrebleu.metrics import BLEU
 
 from fairseq_residual_tools.analysis import rescore
+from fairseq_residual_tools.dataprep.pipeline import file_sha256
 from fairseq_residual_tools.files import write_json
 
 ORIGINALS = ["Abram’s brother’s son went with him.", "Then God said, “Let there be light.”", "Jesus wept."]
@@ -19,8 +20,11 @@ def data_folder(root):
     (root / "test-text").mkdir()
     (root / "test-text" / "test.en").write_text("\n".join(ORIGINALS) + "\n", encoding="utf-8")
     (root / "test-text" / "test.chapters").write_text("\n".join(CHAPTERS) + "\n", encoding="utf-8")
-    test_text = {"references": "test-text/test.en", "documents": "test-text/test.chapters", "lowercase": True}
-    write_json(root / "summary.json", {"test_text": test_text})
+    en = {"path": "test-text/test.en", "sha256": file_sha256(root / "test-text" / "test.en"), "lines": 3}
+    test = {"split": "test", "name": "test", "files": {"en": en, "es": en}, "line_of_sample": None}
+    test["documents"] = "test-text/test.chapters"
+    summary = {"recipe": "bible", "options": {"src": "es", "tgt": "en"}}
+    write_json(root / "summary.json", {**summary, "test_text": {"lowercase": True, "sets": [test]}})
     return root
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from fixtures_dataprep import BIBLE_DROPPED, build_bible, fake_diatheke
 
+from fairseq_residual_tools.analysis import bible_study
 from fairseq_residual_tools.dataprep import bible, sword
 from fairseq_residual_tools.errors import DataError
 
@@ -103,12 +104,15 @@ def test_the_untouched_test_verses_and_their_chapters_are_kept_beside_the_data_b
     out, kept, _ = prepared
     summary = json.loads((out / "summary.json").read_text())
     record = summary["test_text"]
-    assert record["lowercase"] is True and record["references"] == "test-text/test.en"
-    references, sources = lines(out / record["references"]), lines(out / record["sources"])
+    (test,) = record["sets"]
+    assert record["lowercase"] is True and test["files"]["en"]["path"] == "test-text/test.en"
+    references, sources = lines(out / test["files"]["en"]["path"]), lines(out / test["files"]["es"]["path"])
     assert references == lines(out / "tmp" / "test.raw.en") and sources == lines(out / "tmp" / "test.raw.es")
     assert references != lines(out / "tmp" / "test.en")  # as the module gives them, not Moses-tokenised
     keys = [k.split("\t") for k in lines(out / "tmp" / "test.keys")]
-    assert lines(out / record["documents"]) == [f"{book} {chapter}" for book, chapter, _ in keys]
+    assert lines(out / test["documents"]) == [f"{book} {chapter}" for book, chapter, _ in keys]
+    scored = bible_study.test_text(out / "bin")  # what the study scores against
+    assert scored["references"] == references and scored["lowercase"] and len(scored["documents"]) == len(keys)
     # one line for each of fairseq's test samples, in order
     assert len(references) == summary["pairs"]["test"] == len(lines(out / "text" / "test.en"))
 
