@@ -23,7 +23,7 @@ over seeds needs that at every seed (``significance.at_every_seed``)."""
 from typing import Dict, List, Optional, Sequence
 
 from .plateau import best_until
-from .significance import at_every_seed, told_apart
+from .significance import at_every_seed, p_text, told_apart
 from .study import format_cell, loss_at
 
 EARLY = 1000  # where the project's short CPU runs stop, and ResiDual trails there (results/output-scale)
@@ -71,7 +71,7 @@ def bleu_difference(compared: Optional[Dict]) -> str:
     if compared["p"] is None:
         return "the same sacreBLEU"
     told = "told apart" if told_apart(compared) else "within the test set's noise"
-    return f"sacreBLEU {compared['delta']:+.2f} (Holm p = {compared['p_holm']:.3f}: {told})"
+    return f"sacreBLEU {compared['delta']:+.2f} (Holm p {p_text(compared['p_holm'])}: {told})"
 
 
 def early_gap(residual: Dict, pre: Dict) -> str:

@@ -16,7 +16,7 @@ from ..training_log import RULE as FAILS_RULE
 from .bible_reading import AFTER_RESIDUAL, shallower, with_warmup
 from .bible_reading import reading as computed_reading
 from .plateau import Plateau, best_until
-from .significance import RESAMPLES, Draws, paired_test, sentence_statistics, with_holm
+from .significance import RESAMPLES, Draws, p_text, paired_test, sentence_statistics, with_holm
 from .study import ablation_table, failure_list, format_cell, losses_at_table
 
 #: the paper's IWSLT-14 BLEU (shared/paper/README.md: its Table 1 and warmup ablation), for the report's side table
@@ -326,7 +326,7 @@ def render_figures(text: str, results: Sequence[Dict], compared: Sequence[Dict],
             raise ConfigError(f"summary.md: {match[0]}: not a comparison this report or its extensions' page makes")
         if row["p"] is None:
             return "the same sacreBLEU"
-        return f"sacreBLEU {sign * row['delta']:+.2f}, Holm p = {row['p_holm']:.3f}"
+        return f"sacreBLEU {sign * row['delta']:+.2f}, Holm p {p_text(row['p_holm'])}"
 
     return FIGURE.sub(value, text)
 

@@ -136,6 +136,11 @@ def with_holm(rows: List[Dict]) -> List[Dict]:
     return [dict(row, p_holm=p) for row, p in zip(rows, holm([r["p"] for r in rows]))]
 
 
+def p_text(p: float) -> str:
+    """``= 0.007``, or ``< 0.001`` below what three decimals show (the test's floor is 1 / (B + 1))."""
+    return "< 0.001" if p < 0.0005 else f"= {p:.3f}"
+
+
 def told_apart(row: Dict) -> bool:
     return row.get("p_holm") is not None and row["p_holm"] < ALPHA
 

@@ -807,3 +807,19 @@ def test_a_zoomed_panel_that_no_run_reaches_says_so_and_the_legend_shows_the_see
     (legend,) = fig.legends
     styles = {t.get_text(): h.get_linestyle() for t, h in zip(legend.get_texts(), legend.legend_handles)}
     assert styles == {"pre seed 1": "-", "pre seed 2": "--"} and legend.handlelength >= 3  # dashes visible
+
+
+def test_a_report_rewritten_alone_reports_a_record_made_under_an_older_key_and_says_so(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(bible_study, "run_training", FakeTrainer(plateau_curve))
+    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring())
+    args, spec = study_args(tmp_path), RunSpec("pre", 6, True, 1)
+    data = {"databin": "D", "sha256": "d" * 64, "fingerprints": {spec: "fp"}}
+    records = tmp_path / "o" / "runs"
+    made = bible_study.run_one(spec, data, args, records, tmp_path / "w" / "runs")
+    older = records / f"{spec.name}-0123456789ab.json"  # as if the key's recipe had changed since it trained
+    (records / f"{spec.name}-{made['key']}.json").rename(older)
+    assert bible_study.finished([spec], data, args) == []  # nothing to reuse for training
+    (found,) = bible_study.recorded([spec], data, args)  # but the report reports what was recorded
+    assert found["bleu"] == made["bleu"] and "recorded under another key" in capsys.readouterr().out
+    (records / f"{spec.name}-fedcba987654.json").write_text(older.read_text())
+    assert bible_study.recorded([spec], data, args) == []  # two candidates: none is taken for it

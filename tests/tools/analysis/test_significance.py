@@ -119,3 +119,7 @@ def test_a_claim_holds_at_every_seed_only_when_each_seed_tells_the_two_apart_wit
     assert significance.at_every_seed([up, up]) == 1
     assert significance.at_every_seed([down]) == -1
     assert significance.at_every_seed([up, noise]) is None and significance.at_every_seed([up, down]) is None
+
+
+def test_a_p_below_what_three_decimals_show_reads_as_below_one_thousandth():
+    assert significance.p_text(0.0001) == "< 0.001" and significance.p_text(0.0068) == "= 0.007"
