@@ -18,6 +18,7 @@ deferred_imports.install()  # done already where the .pth ran; an install withou
 
 from . import (  # noqa: E402
     architectures,  # noqa: F401  (registers the presets)
+    criterions,  # noqa: F401  (registers fused_label_smoothed_cross_entropy and fused_cross_entropy)
     language_model,  # noqa: F401  (registers the language model and its presets)
     model,  # noqa: F401  (registers the model)
     patches,
