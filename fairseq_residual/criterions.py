@@ -190,3 +190,11 @@ class FusedCrossEntropyCriterion(FusedLoss, CrossEntropyCriterion):
         sums, _ = self.fused_sums(model, sample, 0.0, 0, False)
         sample_size = sample["target"].size(0) if self.sentence_avg else sample["ntokens"]
         return sums.loss, sample_size, self.logging_output(sample, sums.loss, sample_size)
+
+
+# fairseq's checkpoints record the criterion by its class's name, and Trainer.load_checkpoint refuses to resume with
+# another ("Criterion does not match; please reset the optimizer"), which would lose Adam's state: each fused
+# criterion goes by its stock twin's class name (the same model, the same optimizer state), so that a run resumes
+# with either criterion; fairseq's log still names the one that runs (its configuration's criterion._name)
+FusedLabelSmoothedCrossEntropyCriterion.__name__ = LabelSmoothedCrossEntropyCriterion.__name__
+FusedCrossEntropyCriterion.__name__ = CrossEntropyCriterion.__name__
