@@ -17,7 +17,7 @@ import pytest
 import torch
 from fairseq.criterions.cross_entropy import CrossEntropyCriterion
 from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
-from helpers import TinyTask, build_lm, build_model, lm_batch
+from helpers import TinyTask, build_lm, build_model, cpu_stream_patches, gloo_world_of_one_in, lm_batch
 
 from fairseq_residual.criterions import FusedCrossEntropyCriterion, FusedLabelSmoothedCrossEntropyCriterion
 from fairseq_residual.errors import ConfigError
@@ -217,3 +217,48 @@ def test_per_token_losses_are_the_stock_criterions(translation):
     with torch.no_grad():
         expected, got = stock(model, batches[0], reduce=False), fused(model, batches[0], reduce=False)
     torch.testing.assert_close(got[0], expected[0], rtol=0, atol=0)
+
+
+@pytest.fixture
+def fsdp_world(tmp_path, monkeypatch):
+    """One worker in a gloo group, fairscale's FSDP on the CPU (helpers.cpu_stream_patches), as in test_fsdp.py."""
+    pytest.importorskip("fairscale.nn.data_parallel.fully_sharded_data_parallel")
+    for target, name, value in cpu_stream_patches():
+        monkeypatch.setattr(target, name, value)
+    with gloo_world_of_one_in(tmp_path):
+        yield
+
+
+@pytest.mark.parametrize("each_layer", [False, True], ids=["model", "each-layer"])
+def test_under_fsdp_the_fused_criterion_gives_the_unwrapped_models_loss_and_update(translation, fsdp_world, each_layer):
+    # the output projection is the root's parameter: FSDP keeps the root's full parameters after its forward, the
+    # criterion reads the projection there, and its gradient reaches the flat parameter FSDP reduces. The wrapped
+    # model's loss and SGD update equal the unwrapped model's with the same (fused) criterion, within test_fsdp.py's
+    # tolerance; the fused criterion's equality to stock's is the tests above
+
+    from fairseq.dataclass.configs import DistributedTrainingConfig
+    from fairseq.distributed import fsdp_enable_wrap, fsdp_wrap
+
+    task, batches = translation
+    _, fused = criteria(task)
+    options = dict(scheme="residual", layers=2, checkpoint_activations=each_layer)
+    torch.manual_seed(0)
+    plain = build_model(task, **options).train()
+    config = DistributedTrainingConfig(
+        ddp_backend="fully_sharded", distributed_world_size=1, fp16=False, memory_efficient_fp16=False
+    )
+    torch.manual_seed(0)
+    with fsdp_enable_wrap(config):
+        wrapped = fsdp_wrap(build_model(task, **options).train())
+    results = []
+    for model in (plain, wrapped):
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+        torch.manual_seed(0)
+        loss = fused(model, batches[0])[0]
+        loss.backward()
+        optimizer.step()
+        results.append((loss.detach(), {k: v.clone() for k, v in model.state_dict().items() if v.is_floating_point()}))
+    torch.testing.assert_close(results[1][0], results[0][0], rtol=5e-7, atol=0)
+    assert results[1][1].keys() == results[0][1].keys()
+    for name, expected in results[0][1].items():
+        torch.testing.assert_close(results[1][1][name], expected, rtol=1e-5, atol=1e-7, msg=name)
