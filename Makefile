@@ -10,6 +10,9 @@
 # make bench   -- same environment, then the side-by-side speed / memory benchmark, the counted work and HC's memory
 # make bench-compiled -- training throughput eager and under --torch-compile beside stock fairseq, with profiles
 #                 (-> results/bench/compiled/; ~35 min), and the graphs compiled per epoch (recompiles.json)
+# make bench-loss -- a training step with label_smoothed_cross_entropy and with fused_label_smoothed_cross_entropy
+#                 side by side (Pre-LN, ResiDual, hc; the CPU study's size, IWSLT and WMT E6D6; fp32, bf16), with
+#                 profiles (-> results/bench/fused-loss/)
 # make gpu-bundle -- wheels for an offline GPU node (CPython 3.12, torch 2.11) -> gpu-bundle/ (docs/install.md);
 #                 needs a Python 3.12 and PyPI, builds in work/gpu-bundle/ (~4.7 GB, once), not part of make test
 PYTHON ?= python3
@@ -19,7 +22,7 @@ PIP    := $(BIN)/pip install --disable-pip-version-check
 # the install is redone only when pyproject.toml, setup.py, constraints.txt or quiet.py (the .pth line) changes
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install test lint demo demo-results lm-cpu-results bible-study-results bench bench-compiled gpu-bundle constraints clean-venv
+.PHONY: install test lint demo demo-results lm-cpu-results bible-study-results bench bench-compiled bench-loss gpu-bundle constraints clean-venv
 
 install: $(STAMP)
 
@@ -88,6 +91,11 @@ bench: $(STAMP)
 bench-compiled: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m fairseq_residual_tools.bench.compiled --device cpu --profile --out results/bench/compiled
 	$(BIN)/python -m fairseq_residual_tools.bench.recompiles --out results/bench/compiled/recompiles.json
+
+# one thread per measuring process, each (size, precision, scheme) in a fresh one, glibc keeping freed memory (as bench:
+# stock's logits are not mapped in anew every step)
+bench-loss: $(STAMP)
+	OMP_NUM_THREADS=1 $(BIN)/python -m fairseq_residual_tools.bench.fused_loss --profile --out results/bench/fused-loss
 
 # the bundle's own code uses the standard library only: no .venv needed
 gpu-bundle:

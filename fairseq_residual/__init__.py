@@ -4,7 +4,8 @@ Use it as ``--user-dir fairseq_residual`` (or ``common.user_dir`` with hydra);
 importing the package first silences the known third-party warnings and log lines
 (``quiet``; ``FAIRSEQ_RESIDUAL_VERBOSE=1`` shows them), then registers the
 ``residual_transformer`` model, the ``residual_transformer_lm`` language model and their
-presets, and applies the changes to fairseq listed in ``patches.PATCHES``: fairseq's
+presets, the criteria ``fused_label_smoothed_cross_entropy`` and ``fused_cross_entropy`` (fairseq's two, without
+materialising the logits: ``criterions``), and applies the changes to fairseq listed in ``patches.PATCHES``: fairseq's
 checkpoint contents through torch's safe loader, the last batch that fairseq's batching
 drops, checkpoint files complete after a kill, resuming that skips an unreadable one, a
 finished training that a re-run leaves as it is, data-folder checks, a word on
@@ -18,6 +19,7 @@ deferred_imports.install()  # done already where the .pth ran; an install withou
 
 from . import (  # noqa: E402
     architectures,  # noqa: F401  (registers the presets)
+    criterions,  # noqa: F401  (registers fused_label_smoothed_cross_entropy and fused_cross_entropy)
     language_model,  # noqa: F401  (registers the language model and its presets)
     model,  # noqa: F401  (registers the model)
     patches,

@@ -2,6 +2,7 @@
 the reproduction harness's shrunken cells. Fixtures live in conftest.py; tests import helpers
 from here only (never from conftest or from another test file)."""
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -471,3 +472,63 @@ def commit_during_training(monkeypatch, study_module):
     monkeypatch.setattr(study_module, "run_training", train)
     monkeypatch.setattr(study_module, "outcome", lambda log: {"fails": "diverged (NaN loss)"})
     return now
+
+
+def fairscale_fsdp():
+    """fairscale's FSDP module (imported when asked: fairscale is a test extra)."""
+    import importlib
+
+    return importlib.import_module("fairscale.nn.data_parallel.fully_sharded_data_parallel")
+
+
+class HostStream:
+    """What FSDP asks of a CUDA stream, for CPU work, which runs in program order."""
+
+    def wait_stream(self, stream):
+        pass
+
+    def synchronize(self):
+        pass
+
+
+def cpu_stream_patches():
+    """(object, attribute, replacement): CPU as FSDP's default compute device, the CUDA stream calls as no-ops."""
+    stream = HostStream()
+    setup_streams = fairscale_fsdp().FullyShardedDataParallel._setup_streams
+
+    def setup_host_streams(fsdp):
+        setup_streams(fsdp)  # creates none without CUDA; the wrapped layers share the root's dict
+        if fsdp._is_root:
+            fsdp._streams.update(dict.fromkeys(("fp32_to_fp16", "all_gather", "post_backward"), stream))
+
+    return [
+        (fairscale_fsdp(), "_get_default_cuda_device", lambda module: torch.device("cpu")),
+        (fairscale_fsdp().FullyShardedDataParallel, "_setup_streams", setup_host_streams),
+        (torch.cuda, "stream", lambda stream=None: contextlib.nullcontext()),
+        (torch.cuda, "current_stream", lambda device=None: stream),
+        (torch.cuda, "synchronize", lambda device=None: None),
+        (torch.Tensor, "record_stream", lambda tensor, stream: None),
+    ]
+
+
+@contextlib.contextmanager
+def gloo_world_of_one_in(folder):
+    """One worker in a gloo process group, as a distributed fairseq-train launch with one worker has; afterwards
+    the test process is as before: no group, fairseq's and fairscale's cached groups dropped, and the
+    ``sys.excepthook`` that ``init_process_group`` replaces (it prefixes "[rank0]: " to every uncaught error,
+    also in the CLI runs forked later from this process) restored."""
+    import torch.distributed as dist
+    from fairseq.distributed import utils as fairseq_distributed
+
+    assert not dist.is_initialized(), "another test left a process group behind"
+    hook = sys.excepthook
+    dist.init_process_group("gloo", init_method=f"file://{folder}/init", rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        for cached in (fairseq_distributed.get_global_group, fairscale_fsdp().get_process_group_cached):
+            for attribute in ("_global_group", "_global_group_cache"):
+                if hasattr(cached, attribute):
+                    delattr(cached, attribute)
+        dist.destroy_process_group()
+        sys.excepthook = hook

@@ -14,6 +14,7 @@ def main(function: str, arguments: str) -> None:
     import torch
 
     from .compiled import side_by_side
+    from .fused_loss import side_by_side as fused_loss_side_by_side
     from .measure import measure_size
     from .memory import memory_probe
     from .variants import Size, Variant
@@ -27,6 +28,7 @@ def main(function: str, arguments: str) -> None:
         "measure_size": measure_size,
         "memory_probe": memory_probe,
         "side_by_side": side_by_side,
+        "fused_loss_side_by_side": fused_loss_side_by_side,
     }
     print(json.dumps(functions[function](**kwargs)))
 

@@ -22,7 +22,6 @@ give the unwrapped model's update on the averaged gradient). Not tested here: fa
 checkpoint files under FSDP (fairseq-train stops first, above), CUDA streams, ``--fp16``.
 """
 
-import contextlib
 import sys
 
 import pytest
@@ -30,14 +29,23 @@ import torch
 import torch.distributed as dist
 from fairseq.dataclass.configs import DistributedTrainingConfig
 from fairseq.distributed import fsdp_enable_wrap, fsdp_wrap
-from fairseq.distributed import utils as fairseq_distributed
-from helpers import TinyTask, build_model, loss_of, random_batch, run_cli, train_args
+from helpers import (
+    TinyTask,
+    build_model,
+    cpu_stream_patches,
+    fairscale_fsdp,
+    gloo_world_of_one_in,
+    loss_of,
+    random_batch,
+    run_cli,
+    train_args,
+)
 
 from fairseq_residual.errors import ConfigError
 from fairseq_residual.schemes import SCHEMES
 from fairseq_residual.schemes.base import stack_layers
 
-fairscale_fsdp = pytest.importorskip("fairscale.nn.data_parallel.fully_sharded_data_parallel")
+pytest.importorskip("fairscale.nn.data_parallel.fully_sharded_data_parallel")
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
@@ -46,60 +54,10 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 WRAPPINGS = {"model": {}, "each-layer": {"checkpoint_activations": True}}
 
 
-class HostStream:
-    """What FSDP asks of a CUDA stream, for CPU work, which runs in program order."""
-
-    def wait_stream(self, stream):
-        pass
-
-    def synchronize(self):
-        pass
-
-
-def cpu_stream_patches():
-    """(object, attribute, replacement): CPU as FSDP's default compute device, the CUDA stream calls as no-ops."""
-    stream = HostStream()
-    setup_streams = fairscale_fsdp.FullyShardedDataParallel._setup_streams
-
-    def setup_host_streams(fsdp):
-        setup_streams(fsdp)  # creates none without CUDA; the wrapped layers share the root's dict
-        if fsdp._is_root:
-            fsdp._streams.update(dict.fromkeys(("fp32_to_fp16", "all_gather", "post_backward"), stream))
-
-    return [
-        (fairscale_fsdp, "_get_default_cuda_device", lambda module: torch.device("cpu")),
-        (fairscale_fsdp.FullyShardedDataParallel, "_setup_streams", setup_host_streams),
-        (torch.cuda, "stream", lambda stream=None: contextlib.nullcontext()),
-        (torch.cuda, "current_stream", lambda device=None: stream),
-        (torch.cuda, "synchronize", lambda device=None: None),
-        (torch.Tensor, "record_stream", lambda tensor, stream: None),
-    ]
-
-
 @pytest.fixture
 def cpu_streams(monkeypatch):
     for target, name, value in cpu_stream_patches():
         monkeypatch.setattr(target, name, value)
-
-
-@contextlib.contextmanager
-def gloo_world_of_one_in(folder):
-    """One worker in a gloo process group, as a distributed fairseq-train launch with one worker has; afterwards
-    the test process is as before: no group, fairseq's and fairscale's cached groups dropped, and the
-    ``sys.excepthook`` that ``init_process_group`` replaces (it prefixes "[rank0]: " to every uncaught error,
-    also in the CLI runs forked later from this process) restored."""
-    assert not dist.is_initialized(), "another test left a process group behind"
-    hook = sys.excepthook
-    dist.init_process_group("gloo", init_method=f"file://{folder}/init", rank=0, world_size=1)
-    try:
-        yield
-    finally:
-        for cached in (fairseq_distributed.get_global_group, fairscale_fsdp.get_process_group_cached):
-            for attribute in ("_global_group", "_global_group_cache"):
-                if hasattr(cached, attribute):
-                    delattr(cached, attribute)
-        dist.destroy_process_group()
-        sys.excepthook = hook
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +117,7 @@ def test_fairscale_fsdp_needs_cuda_streams_that_cpu_streams_stands_in_for(monkey
     task = TinyTask()
     with pytest.raises(AssertionError, match="Torch not compiled with CUDA enabled"):
         build_pair(task, "residual")  # fairseq gives FSDP no compute_device: fairscale's default is CUDA
-    monkeypatch.setattr(fairscale_fsdp, "_get_default_cuda_device", lambda module: torch.device("cpu"))
+    monkeypatch.setattr(fairscale_fsdp(), "_get_default_cuda_device", lambda module: torch.device("cpu"))
     _, wrapped = build_pair(task, "residual")
     with pytest.raises(KeyError, match="all_gather"):
         loss_of(wrapped, random_batch(task))
