@@ -53,11 +53,21 @@ MODULE = "fairseq_residual_tools.analysis.bible_study"
 
 
 def plan(args) -> List[RunSpec]:
-    """Every run, in the order they are trained: the first seed of E6D6 (the first depth) with and without warmup,
-    E6D6 with warmup for the other seeds (the issue's floor: two seeds there), the first seed of the deeper depths
-    with and without warmup, then the other seeds of the rest. A study cut short (``--cut-after``) so loses seeds
-    before cells, and the deeper no-warmup cells before the deeper warmup ones; ``--cut`` names runs to leave out
-    anywhere in it."""
+    """Every run, in the order they are trained. With ``--groups``, group by group as given (each a depth and a seed:
+    its schemes with warmup, in ``--schemes-at``'s order for that depth, else ``--schemes``'), each group's runs
+    without warmup after it; a cut then takes the last groups first. Otherwise the first study's order: the first
+    seed of E6D6 (the first depth) with and without warmup, E6D6 with warmup for the other seeds (the issue's floor:
+    two seeds there), the first seed of the deeper depths with and without warmup, then the other seeds of the rest.
+    A study cut short (``--cut-after``) so loses seeds before cells, and the deeper no-warmup cells before the deeper
+    warmup ones; ``--cut`` names runs to leave out anywhere in it."""
+    if args.groups:
+        return [
+            RunSpec(scheme, depth, warmup, seed)
+            for depth, seed in args.groups
+            for warmup in (True, False)
+            for scheme in schemes_at(args, depth)
+            if warmup or scheme in args.nowarmup_schemes
+        ]
     seeds_at = dict(args.seeds_at or {})
     main = args.depths[0]
     specs = [
@@ -74,6 +84,16 @@ def plan(args) -> List[RunSpec]:
         return (later_seed and not (at_main and spec.warmup), not at_main, later_seed, not spec.warmup)
 
     return sorted(specs, key=priority)  # stable: seeds, then schemes, in their given order within a group
+
+
+#: ``--criterion``: fairseq's label-smoothed cross-entropy, or the plugin's fused one (the same losses within fp32
+#: reordering, without the logits: docs/performance.md); a run's key names the one it trained with
+CRITERIA = {"stock": "label_smoothed_cross_entropy", "fused": "fused_label_smoothed_cross_entropy"}
+
+
+def schemes_at(args, depth: int) -> List[str]:
+    """The schemes trained at ``depth``: ``--schemes-at``'s for it, else ``--schemes``."""
+    return dict(args.schemes_at or {}).get(depth, args.schemes)
 
 
 def training_args(databin, save_dir, spec: RunSpec, args, max_update: int) -> List[str]:
@@ -94,7 +114,7 @@ def training_args(databin, save_dir, spec: RunSpec, args, max_update: int) -> Li
         *("--optimizer", "adam", "--adam-betas", "(0.9, 0.98)", "--weight-decay", "0.0001", "--lr", args.lr),
         *("--lr-scheduler", "inverse_sqrt", "--warmup-updates", args.warmup),
         *("--warmup-init-lr", 1e-7 if spec.warmup else args.lr),
-        *("--criterion", "label_smoothed_cross_entropy", "--label-smoothing", 0.1),
+        *("--criterion", CRITERIA[args.criterion], "--label-smoothing", 0.1),
         *("--max-tokens", args.max_tokens, "--max-update", max_update, "--seed", spec.seed),
         *("--validate-interval-updates", args.validate_every, "--save-interval-updates", args.validate_every),
         *(
@@ -462,6 +482,22 @@ def depth_updates(text: str):
         raise argparse.ArgumentTypeError(f"{text!r}: write DEPTH=UPDATES, e.g. 6=8750") from None
 
 
+def depth_schemes(text: str):
+    depth, _, schemes = text.partition("=")
+    try:
+        return int(depth), [s for s in schemes.split(",") if s]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: write DEPTH=SCHEME[,SCHEME...], e.g. 12=deepnet,admin") from None
+
+
+def depth_seed(text: str):
+    depth, _, seed = text.partition(":")
+    try:
+        return int(depth), int(seed)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: write DEPTH:SEED, e.g. 18:1") from None
+
+
 def seeds_at(text: str):
     depth, _, seeds = text.partition("=")
     try:
@@ -485,6 +521,17 @@ def parse_args(argv=None):
     p.add_argument("--depths", type=int, nargs="+", default=[6, 12], help="the first is the main depth")
     p.add_argument("--seeds", type=int, nargs="+", default=[1, 2])
     p.add_argument("--seeds-at", type=seeds_at, nargs="*", default=[(12, [1])], help="DEPTH=SEEDS: fewer seeds there")
+    p.add_argument(
+        "--schemes-at", type=depth_schemes, nargs="*", default=[], help="DEPTH=SCHEME,...: other schemes there"
+    )
+    p.add_argument(
+        "--groups",
+        type=depth_seed,
+        nargs="*",
+        default=[],
+        metavar="DEPTH:SEED",
+        help="train these groups in this order (the plan's order; a cut takes the last first)",
+    )
     p.add_argument("--jobs", type=int, default=2, help="runs trained at the same time (one thread each)")
     p.add_argument("--src", default="es")
     p.add_argument("--tgt", default="en")
@@ -496,6 +543,12 @@ def parse_args(argv=None):
     p.add_argument("--lr", type=float, default=4e-3, help="peak learning rate: the Noam peak at --dim and --warmup")
     p.add_argument("--warmup", type=int, default=1000, help="warmup updates")
     p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument(
+        "--criterion",
+        choices=sorted(CRITERIA),
+        default="stock",
+        help="the loss: fairseq's (results/bible-study's runs) or the plugin's fused one (faster, the same losses)",
+    )
     p.add_argument("--validate-every", type=int, default=250)
     p.add_argument("--plateau-fraction", type=float, default=0.01)
     p.add_argument("--plateau-min-updates", type=int, default=2000)
@@ -522,6 +575,9 @@ def parse_args(argv=None):
     args = p.parse_args(argv)
     if args.validate_every <= 0 or args.plateau_min_updates % args.validate_every:
         raise ConfigError("--plateau-min-updates must be a multiple of --validate-every")
+    if args.groups and args.budget and {d for d, _ in args.groups} - set(budgets(args)):
+        missing = sorted({d for d, _ in args.groups} - set(budgets(args)))
+        raise ConfigError(f"--budget has none for depth {', '.join(map(str, missing))}: every planned depth needs one")
     off = [f"{d}={u}" for d, u in args.budget if u <= 0 or u % args.validate_every or u > args.max_update_cap]
     if off:
         raise ConfigError(
@@ -562,6 +618,8 @@ def cut_plan(specs: List[RunSpec], data: Dict, args) -> Tuple[List[RunSpec], Dic
 #: runs' keys or their report
 SELECTION = (
     "schemes",
+    "schemes_at",
+    "groups",
     "nowarmup_schemes",
     "depths",
     "seeds",
@@ -595,7 +653,7 @@ def reported_plan(args, specs: Sequence[RunSpec], command: str) -> Tuple[argpars
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     args = parse_args(argv)
-    check_variants(args.schemes)
+    check_variants(args.schemes + [s for _, schemes in args.schemes_at for s in schemes])
     unknown = [s for s in args.nowarmup_schemes if s not in args.schemes]
     if unknown:
         raise ConfigError(f"--nowarmup-schemes {' '.join(unknown)}: not in --schemes")

@@ -38,16 +38,44 @@ def test_the_plan_trains_e6d6_seed_1_first_then_its_second_seed_and_the_deep_no_
     assert [s.name for s in one] == ["residual-e6d6-warmup-seed1", "residual-e6d6-nowarmup-seed1"]
 
 
+def test_with_groups_the_plan_trains_each_depth_and_seed_in_the_order_given_with_its_own_schemes():
+    args = bible_study.parse_args(
+        ["--nowarmup-schemes", "--schemes", "post", "pre", "--schemes-at", "6=deepnet,admin", "12=tfixup"]
+        + ["--groups", "6:1", "18:1", "6:2", "12:1", "--budget", "6=8750", "18=9000", "12=10000"]
+    )
+    names = [s.name for s in bible_study.plan(args)]
+    assert names == [
+        "deepnet-e6d6-warmup-seed1",
+        "admin-e6d6-warmup-seed1",
+        "post-e18d18-warmup-seed1",
+        "pre-e18d18-warmup-seed1",
+        "deepnet-e6d6-warmup-seed2",
+        "admin-e6d6-warmup-seed2",
+        "tfixup-e12d12-warmup-seed1",
+    ]
+    with pytest.raises(ConfigError, match="--budget has none for depth 18"):
+        bible_study.parse_args(["--groups", "6:1", "18:1", "--budget", "6=8750"])
+
+
 def test_a_runs_key_changes_with_what_it_computes_and_its_plateau_rule_only():
     spec, args = RunSpec("residual", 6, True, 1), bible_study.parse_args([])
     key = bible_study.run_key(spec, args, "d" * 64, "fp")
     same = ["--jobs", "1", "--work", "/x", "--out", "/y", "--zoom-from", "5", "--max-update-cap", "9000"]
     assert bible_study.run_key(spec, bible_study.parse_args(same), "d" * 64, "fp") == key
-    for other in (["--lr", "1e-3"], ["--dropout", "0.3"], ["--plateau-fraction", "0.02"], ["--average", "3"]):
+    others = (["--lr", "1e-3"], ["--dropout", "0.3"], ["--plateau-fraction", "0.02"], ["--average", "3"])
+    for other in (*others, ["--criterion", "fused"]):
         assert bible_study.run_key(spec, bible_study.parse_args(other), "d" * 64, "fp") != key
     assert bible_study.run_key(spec, args, "e" * 64, "fp") != key
     assert bible_study.run_key(spec, args, "d" * 64, "other code") != key
     assert bible_study.run_key(RunSpec("residual", 6, False, 1), args, "d" * 64, "fp") != key
+
+
+def test_the_criterion_is_fairseqs_unless_the_fused_one_is_asked_for():
+    spec = RunSpec("pre", 6, True, 1)
+    stock = bible_study.training_args("D", "S", spec, bible_study.parse_args([]), 250)
+    fused = bible_study.training_args("D", "S", spec, bible_study.parse_args(["--criterion", "fused"]), 250)
+    assert stock[stock.index("--criterion") + 1] == "label_smoothed_cross_entropy"  # the committed runs' keys
+    assert fused[fused.index("--criterion") + 1] == "fused_label_smoothed_cross_entropy"
 
 
 def test_without_warmup_inverse_sqrt_starts_at_the_peak():
