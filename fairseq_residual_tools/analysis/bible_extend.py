@@ -12,6 +12,10 @@ paired bootstrap. The record and translations go to ``OUT``/extended/ with a REA
 and compared with the runs of its cell that finished since it was made.
 The remaining options are the study's (``bible_study``), so the run is the study's run under the same settings.
 
+Given an update before the run's end (``--to U`` below it), it trains nothing: the run is scored there from the
+averaged model the study kept at that validation (``bible_study.keep_average``) and compared with its cell, the other
+direction of "trained as long" (a run that trained longer, seen where a shorter one ended).
+
 A run the rule failed without diverging (no progress, stuck on a plateau: Post-LN at depth) is trained on the same
 way, to see whether more updates get it out; it is scored if the rule no longer fails it.
 
@@ -27,7 +31,7 @@ import sys
 from argparse import Namespace
 from dataclasses import asdict
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Dict, Iterator, List, Sequence
 
 from ..errors import ConfigError, exit_on_user_error
 from ..files import write_json, write_text
@@ -147,8 +151,10 @@ def extend(spec: RunSpec, to: int, data: Dict, args, anew: bool = False) -> Dict
     ``data``: the study's, with the fingerprints of ``cell(spec)``. ``anew``: train it from update 0 where its
     checkpoints are gone."""
     name, record = spec.name, finished_run(spec, data, args)
-    if to <= record["end_update"]:
-        raise ConfigError(f"--to {to}: {name} ended at update {record['end_update']}; give a later update")
+    if to == record["end_update"]:
+        raise ConfigError(f"--to {to}: {name} ended there; give an earlier or a later update")
+    if to < record["end_update"]:
+        return score_at(spec, to, record, data, args)
     out = Path(args.out) / EXTENDED
     stem = run_id({"name": f"{name}-to-{to}", "key": record["key"]})  # its record's and translations' stem
     done = out / f"{stem}.json"
@@ -185,12 +191,45 @@ def extend(spec: RunSpec, to: int, data: Dict, args, anew: bool = False) -> Dict
         return result
 
 
+def score_at(spec: RunSpec, at: int, record: Dict, data: Dict, args) -> Dict:
+    """The finished run ``spec`` scored at an earlier update ``at``, from the averaged model the study kept there
+    (``bible_study.keep_average``), and compared with its cell's runs: the other direction of "trained as long" (a run
+    that trained longer, seen where a shorter one ended). Its record and translations lie beside the extensions'."""
+    name, out = spec.name, Path(args.out) / EXTENDED
+    done = out / f"{run_id({'name': f'{name}-at-{at}', 'key': record['key']})}.json"
+    if done.exists():
+        return made_before(done, spec, at, data, args)
+    source = Path(args.work) / "runs" / run_id(record)
+    average = bible_study.averaged_at(source, at)
+    if not average.is_file():
+        raise ConfigError(
+            f"{average}: no average kept at update {at} (the run trained before the study kept one at every "
+            "validation, or its folder is gone with the machine that trained it)"
+        )
+    result = dict(asdict(spec), name=f"{name}-at-{at}", key=record["key"], extends=run_id(record))
+    result.update(scored_at=at, run_end=record["end_update"], git=describe_git(git_state()), fails=None)
+    result.update(stop=f"scored at update {at}", end_update=at, to_update=at)
+    result["valid_curve"] = [[u, loss] for u, loss in record["valid_curve"] if u <= at]
+    result["best_valid_loss"] = min(loss for _, loss in result["valid_curve"])
+    out_file = source / f"generate-test-at-{at}.out"
+    result.update(bible_study.score_model(data["databin"], average, out_file, args))
+    bible_study.keep_test_output(out_file, out, result, args.tgt, data["databin"])
+    result["compared"] = compare(
+        result, out, bible_study.finished(cell(spec, args), data, args), Path(args.out) / "runs"
+    )
+    result.update(provenance=provenance())
+    write_json(done, result)
+    write_readme(out)
+    return result
+
+
 def made_before(done: Path, spec: RunSpec, to: int, data: Dict, args) -> Dict:
     """The extension's record ``done``, compared with its cell's runs finished since (``compare_again``)."""
     result = json.loads(done.read_text(encoding="utf-8"))
     since = compare_again(result, done, spec, data, args)
     said = f"compared with {', '.join(since)}, finished since" if since else "nothing to do"
-    print(f"{spec.name} was trained on to update {to} before: {done} ({said})")
+    how = "scored at" if "scored_at" in result else "trained on to"
+    print(f"{spec.name} was {how} update {to} before: {done} ({said})")
     write_readme(done.parent)
     return result
 
@@ -210,6 +249,16 @@ def write_readme(out: Path) -> None:
     records = [json.loads(path.read_text(encoding="utf-8")) for path in sorted(out.glob("*.json"))]
     adjusted = iter(c["p_holm"] for c in extended_rows(out))  # the page's comparisons: one family
     for r in records:
+        if "scored_at" in r:
+            parts.append(f"## {r['name']}\n")
+            parts.append(
+                f"Scored at update {r['scored_at']:,} from the averaged model the study kept there (the run ended at "
+                f"{r['run_end']:,}); best validation loss {r['best_valid_loss']:.3f} by then; BLEU {r['bleu']:.2f}, "
+                f"sacreBLEU {r['sacrebleu']:.2f}.\n"
+            )
+            parts += comparison_table(r, adjusted)
+            parts.append(f"Command: `{command_of(r)}` at {r['git']}.\n")
+            continue
         at_plateau = best_until(r["valid_curve"], r["from_update"])
         where = f"where the rule failed it ({r['source_fails']})" if r.get("source_fails") else "at its plateau"
         parts.append(f"## {r['name']}\n")
@@ -224,21 +273,30 @@ def write_readme(out: Path) -> None:
             f"{at_plateau:.3f} {where}, {r['best_valid_loss']:.3f} by update {r['end_update']:,}; "
             + (f"BLEU {r['bleu']:.2f}, sacreBLEU {r['sacrebleu']:.2f}.\n" if r["bleu"] is not None else not_scored(r))
         )
-        if r["compared"]:
-            rows = []
-            for c in r["compared"]:
-                p_holm = next(adjusted)
-                rows.append(
-                    [c["name"], f"{c['end_update']:,}", f"{c['sacrebleu']:.2f}", f"{c['delta']:+.2f}"]
-                    + [f"[{c['ci95'][0]:+.2f}, {c['ci95'][1]:+.2f}]"]
-                    + ["-" if c["p"] is None else f"{c['p']:.4f}", "-" if p_holm is None else f"{p_holm:.4f}"]
-                )
-            headers = ["run", "ended at", "sacreBLEU", "difference", "95 % interval", "p", "Holm p"]
-            parts.append(f"Against it (sacreBLEU {r['sacrebleu']:.2f}):\n\n{table(headers, rows)}\n")
-            parts.append(f"Test: {r['compared'][0]['test']}; Holm's correction over every comparison on this page.\n")
-            parts.append(f"sacreBLEU signature: `{r['sacrebleu_signature']}`.\n")
+        parts += comparison_table(r, adjusted)
         parts.append(f"Command: `{command_of(r)}` at {r['git']}.\n")
     write_text(out / "README.md", "\n".join(parts))
+
+
+def comparison_table(r: Dict, adjusted: Iterator) -> List[str]:
+    """The README's lines of record ``r``'s comparisons (none where it has none), Holm's p taken from ``adjusted``
+    (the page's, in its order)."""
+    if not r["compared"]:
+        return []
+    rows = []
+    for c in r["compared"]:
+        p_holm = next(adjusted)
+        rows.append(
+            [c["name"], f"{c['end_update']:,}", f"{c['sacrebleu']:.2f}", f"{c['delta']:+.2f}"]
+            + [f"[{c['ci95'][0]:+.2f}, {c['ci95'][1]:+.2f}]"]
+            + ["-" if c["p"] is None else f"{c['p']:.4f}", "-" if p_holm is None else f"{p_holm:.4f}"]
+        )
+    headers = ["run", "ended at", "sacreBLEU", "difference", "95 % interval", "p", "Holm p"]
+    return [
+        f"Against it (sacreBLEU {r['sacrebleu']:.2f}):\n\n{table(headers, rows)}\n",
+        f"Test: {r['compared'][0]['test']}; Holm's correction over every comparison on this page.\n",
+        f"sacreBLEU signature: `{r['sacrebleu_signature']}`.\n",
+    ]
 
 
 def not_scored(r: Dict) -> str:
@@ -262,7 +320,7 @@ def anew_text(r: Dict) -> str:
 
 
 def command_of(r: Dict) -> str:
-    run = r["name"].rsplit("-to-", 1)[0]
+    run = r["name"].rsplit("-at-" if "scored_at" in r else "-to-", 1)[0]
     anew = " --anew" if "trained_anew" in r else ""
     return f"python -m fairseq_residual_tools.analysis.bible_extend --run {run} --to {r['to_update']}{anew}"
 

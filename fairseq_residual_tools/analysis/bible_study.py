@@ -251,24 +251,29 @@ def keep_average(save_dir: Path, update: int, n: int) -> Optional[Path]:
 def average_and_score(databin: Path, save_dir: Path, end_update: int, args) -> Dict:
     """The last ``--average`` interval checkpoints up to ``end_update`` averaged, the test set decoded (beam 5) and
     scored: fairseq's tokenised BLEU, the paper's IWSLT measure, and sacreBLEU of the detokenised translations against
-    the untouched test verses, lowercased as the recipe lowercases (``score_iwslt``)."""
-    from ..repro import evaluate, scoring  # fairseq: loaded only to score
-    from ..repro.data_record import untouched_test_sets
-
+    the untouched test verses, lowercased as the recipe lowercases (``score_model``)."""
     found = numbered_checkpoints(save_dir, "update", upper_bound=end_update)[: args.average]
     if not found:
         raise DataError(f"{save_dir} holds no interval checkpoint up to update {end_update} to average")
     averaged = keep_average(save_dir, end_update, args.average) or write_average(
         [p for p, _ in found], save_dir / f"average{len(found)}-at-{end_update}.pt"
     )
-    task_args = ["--source-lang", args.src, "--target-lang", args.tgt]
-    gen = evaluate.generate(databin, averaged, True, "test", task_args, "@@ ", save_dir / "generate-test.out")
-    untouched = untouched_test_sets(databin, args.src, args.tgt)["test"]
     return {
         "averaged": [p.name for p, _ in found],
-        "generate_command": gen.command,
-        **scoring.score_iwslt(gen, untouched, args.tgt),
+        **score_model(databin, averaged, save_dir / "generate-test.out", args),
     }
+
+
+def score_model(databin: Path, model: Path, out_file: Path, args) -> Dict:
+    """The test set decoded with ``model`` (beam 5; fairseq-generate's output in ``out_file``) and scored as the
+    paper's IWSLT table: tokenised BLEU, and sacreBLEU against the untouched test verses (``score_iwslt``)."""
+    from ..repro import evaluate, scoring  # fairseq: loaded only to score
+    from ..repro.data_record import untouched_test_sets
+
+    task_args = ["--source-lang", args.src, "--target-lang", args.tgt]
+    gen = evaluate.generate(databin, model, True, "test", task_args, "@@ ", out_file)
+    untouched = untouched_test_sets(databin, args.src, args.tgt)["test"]
+    return {"generate_command": gen.command, **scoring.score_iwslt(gen, untouched, args.tgt)}
 
 
 def test_text(databin) -> Dict:

@@ -105,14 +105,45 @@ def test_a_second_extension_of_a_run_being_extended_refuses_in_one_line_and_a_ki
 
 def test_what_cannot_be_extended_says_why_in_one_line(tmp_path, monkeypatch):
     _, args, data = finished_cell(tmp_path, monkeypatch)
-    with pytest.raises(ConfigError, match="ended at update 2500; give a later update"):
+    with pytest.raises(ConfigError, match="ended there; give an earlier or a later update"):
         bible_extend.extend(PRE, 2500, data, args)
+    with pytest.raises(ConfigError, match="no average kept at update 2000"):  # FakeTrainer writes no checkpoints
+        bible_extend.extend(PRE, 2000, data, args)
     with pytest.raises(ConfigError, match="has not finished under these settings"):
         bible_extend.extend(RunSpec("residual", 6, True, 1), 3000, data, args)
     with pytest.raises(ConfigError, match="not a run of the study's plan"):
         bible_extend.planned("pre-e7d7-warmup-seed1", args)
     with pytest.raises(ConfigError, match="a multiple of --validate-every"):
         bible_extend.parse_args(["--run", "pre-e6d6-warmup-seed1", "--to", "8600"])
+
+
+def test_a_run_is_scored_at_an_earlier_update_from_the_average_kept_there_and_compared_with_its_cell(
+    tmp_path, monkeypatch
+):
+    trainer, args, data = finished_cell(tmp_path, monkeypatch)
+    trained = len(trainer.targets)
+    source = tmp_path / "w" / "runs" / bible_extend.run_id(bible_extend.finished_run(POST, data, args))
+    kept = bible_study.averaged_at(source, 2000)
+    kept.parent.mkdir()
+    kept.write_bytes(b"the average of the run's checkpoints up to update 2000")
+    decoded = []
+
+    def score_model(databin, model, out_file, args):  # fairseq-generate and scoring's stand-in
+        decoded.append(model)
+        FakeScoring(REFERENCES, bleu=lambda end: 20.0)(databin, out_file.parent, 2000, args)
+        (out_file.parent / "generate-test.out").rename(out_file)
+        return {"bleu": 20.0, "sacrebleu": 19.0, "sacrebleu_signature": "sig|case:lc"}
+
+    monkeypatch.setattr(bible_study, "score_model", score_model)
+    result = bible_extend.extend(POST, 2000, data, args)
+    assert decoded == [kept] and len(trainer.targets) == trained  # scored from the kept average: nothing trained
+    assert (result["scored_at"], result["run_end"], result["end_update"], result["bleu"]) == (2000, 2500, 2000, 20.0)
+    assert [u for u, _ in result["valid_curve"]][-1] == 2000 and result["best_valid_loss"] == 4.24
+    assert {c["name"] for c in result["compared"]} == {"pre-e6d6-warmup-seed1", "post-e6d6-warmup-seed1"}
+    readme = (tmp_path / "o" / "extended" / "README.md").read_text()
+    assert "Scored at update 2,000 from the averaged model the study kept there (the run ended at 2,500)" in readme
+    assert "--run post-e6d6-warmup-seed1 --to 2000`" in readme
+    assert bible_extend.extend(POST, 2000, data, args)["bleu"] == 20.0 and decoded == [kept]  # made before: reused
 
 
 def test_another_update_is_another_extension_trained_from_the_runs_plateau_and_the_first_is_kept(tmp_path, monkeypatch):
