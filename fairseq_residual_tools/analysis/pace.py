@@ -9,7 +9,8 @@ the study trains them), from scratch for ``--updates`` updates on the study's da
 study's settings (``bible_study.training_args``; the options after ``--`` are the study's); the pace is the wall
 time between fairseq's log lines at updates ``--skip`` and ``--updates`` (the first ones hold the start-up and the
 allocator's first steps), over the updates between. Nothing is validated or kept. Run it with the study paused
-(SIGSTOP): it measures the machine's two cores. The Markdown table goes to standard output.
+(SIGSTOP): it measures the machine's two cores. The Markdown table goes to standard output; ``--json FILE`` also
+writes each run's seconds per update there (what an envelope is projected from).
 """
 
 import argparse
@@ -21,9 +22,10 @@ import sys
 import tempfile
 from datetime import datetime
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import ConfigError, exit_on_user_error
+from ..files import write_json
 from ..provenance import describe, provenance
 from ..runner import fairseq_command
 from . import bible_study
@@ -46,9 +48,16 @@ def pace(log: Path, skip: int, updates: int) -> float:
 
 
 def measure(
-    pairs: Sequence[Tuple[RunSpec, RunSpec]], study, skip: int, updates: int, command: str, first: str = "first run"
+    pairs: Sequence[Tuple[RunSpec, RunSpec]],
+    study,
+    skip: int,
+    updates: int,
+    command: str,
+    first: str = "first run",
+    paces: Optional[Dict[str, float]] = None,
 ) -> List[str]:
-    """Train each pair side by side; the table's lines, the first run of the first pair (``first``) the reference."""
+    """Train each pair side by side; the table's lines, the first run of the first pair (``first``) the reference;
+    each run's seconds per update also into ``paces`` (by run name) when given."""
     databin = Path(study.work) / "data" / "bin"
     env = dict(os.environ, OMP_NUM_THREADS="1")
     scratch = Path(tempfile.mkdtemp(prefix="study-pace-"))
@@ -69,6 +78,8 @@ def measure(
             log.close()
             seconds = pace(save / "train.out", skip, updates)
             reference = reference or seconds
+            if paces is not None:
+                paces[spec.name] = round(seconds, 3)
             lines.append(f"| {number} | {spec.name} | {seconds:.2f} | {seconds / reference:.2f} |")
             print(lines[-1], file=sys.stderr, flush=True)
     shutil.rmtree(scratch)
@@ -90,13 +101,17 @@ def main(argv=None) -> int:
     p.add_argument("--pairs", type=run_spec, nargs="+", required=True, help="SCHEME:DEPTH ..., two by two")
     p.add_argument("--updates", type=int, default=150)
     p.add_argument("--skip", type=int, default=50)
+    p.add_argument("--json", type=Path, help="also write {run name: seconds per update} here")
     args = p.parse_args(ours)
     if len(args.pairs) % 2 or not 0 < args.skip < args.updates:
         raise ConfigError("--pairs takes runs two by two, and --skip must lie between 0 and --updates")
     study = bible_study.parse_args(rest)
     pairs = list(zip(args.pairs[::2], args.pairs[1::2]))
     command = " ".join(["python -m fairseq_residual_tools.analysis.pace", *argv])
-    print("\n".join(measure(pairs, study, args.skip, args.updates, command)))
+    paces: Dict[str, float] = {}
+    print("\n".join(measure(pairs, study, args.skip, args.updates, command, paces=paces)))
+    if args.json:
+        write_json(args.json, {"command": command, "seconds_per_update": paces, "provenance": provenance()})
     return 0
 
 
