@@ -23,6 +23,9 @@ from .study import ablation_table, failure_list, format_cell, losses_at_table
 PAPER_IWSLT = {
     ("post", True): ("35.37", "fails"),
     ("pre", True): ("35.12", "35.18"),
+    ("deepnet", True): ("35.34", "35.39"),
+    ("admin", True): ("35.50", "35.67"),
+    ("tfixup", True): ("34.88", "35.45"),
     ("residual", True): ("35.63", "36.09"),
     ("post", False): ("fails", "fails"),
     ("pre", False): ("32.28", "31.82"),
@@ -129,9 +132,51 @@ def plan_cell(results: List[Dict], planned: Sequence[Dict], cut: Set[str], key: 
     return "cut" if names <= cut else "not finished"
 
 
+#: the paper's WMT figures (average BLEU over newstest 2010-2016, B2T's protocol; shared/paper/README.md)
+PAPER_WMT = {
+    "pre": ("26.10", "26.57"),
+    "post": ("26.59", "fails"),
+    "dlcl": ("26.52", "26.90"),
+    "tfixup": ("26.43", "26.94"),
+    "deepnet": ("26.38", "27.13"),
+    "admin": ("26.49", "26.86"),
+    "b2t": ("26.53", "27.30"),
+    "residual": ("26.85", "27.65"),
+}
+
+
 def paper_table() -> str:
     rows = [[scheme, "yes" if warmup else "no", *cells] for (scheme, warmup), cells in PAPER_IWSLT.items()]
     return table(["method", "warmup", "E6D6", "E12D12"], sorted(rows, key=lambda r: (r[1] == "no", r[0])))
+
+
+def paper_wmt_table() -> str:
+    return table(["method", "E6D6", "E18D18"], [[scheme, *cells] for scheme, cells in PAPER_WMT.items()])
+
+
+def budget_section(results: List[Dict], settings: Dict) -> str:
+    """With ``--budget``: each depth's budget, and where the plateau rule would have stopped each run (its best
+    validation loss there) beside its end; empty without budgets."""
+    budgets = dict(settings.get("budget") or [])
+    if not budgets:
+        return ""
+    listed = ", ".join(f"E{d}D{d} {u:,} updates" for d, u in sorted(budgets.items()))
+    rows = [
+        [
+            r["name"],
+            f"{r['end_update']:,}",
+            r["stop"],
+            "-" if r.get("plateau_update") is None else f"{r['plateau_update']:,}",
+        ]
+        + ["-" if r.get("best_valid_loss_at_plateau") is None else f"{r['best_valid_loss_at_plateau']:.3f}"]
+        + [f"{r['best_valid_loss']:.3f}" if r["best_valid_loss"] is not None else "-"]
+        for r in results
+    ]
+    headers = ["run", "ended at", "why", "the plateau rule's stop", "best valid loss there", "best valid loss"]
+    return (
+        f"**Equal budgets**: {listed}; a run the rule fails at its plateau stops there. Where the plateau rule "
+        f"would have stopped each run, and its best validation loss there:\n\n{table(headers, rows)}\n\n"
+    )
 
 
 def last_quarter_gain(run: Dict, rule: Plateau) -> str:
@@ -477,7 +522,20 @@ def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[D
         + (f"\n\n{snapshot}" if snapshot else "")
         + f"\n\n{plan}"
     )
-    body = f"""# Where training ends: the schemes trained to their plateau on the Spanish-English Bible
+    budgeted = bool(s.get("budget"))
+    heading = (
+        "The paper's comparison at equal budgets: its baselines beside ResiDual on the Spanish-English Bible"
+        if budgeted
+        else "Where training ends: the schemes trained to their plateau on the Spanish-English Bible"
+    )
+    wmt = (
+        "\n\nThe paper's WMT figures (average BLEU over newstest 2010-2016, B2T's protocol; 4.5M pairs, width 512, "
+        f"GPUs), **the paper's, not measured here**:\n\n{paper_wmt_table()}"
+        if budgeted
+        else ""
+    )
+    depths = " / ".join(f"E{d}D{d}" for d in sorted({p["layers"] for p in meta.get("plan", [])} or {6, 12}))
+    body = f"""# {heading}
 
 A **CPU-scale run on another corpus**, not a reproduction of the paper's IWSLT-14 cells: width {s["dim"]} instead of
 256, {data["pairs"]["train"]:,} training verse pairs (Reina-Valera 1909 -> World English Bible) instead of about
@@ -499,7 +557,7 @@ paper's differences are.
 The paper's IWSLT-14 figures (de->en, 160k pairs, width 256, GPUs; shared/paper/README.md), **the paper's, not
 measured here**:
 
-{paper_table()}
+{paper_table()}{wmt}
 
 ## sacreBLEU (Moses-detokenised output against the untouched test verses, lowercased as the recipe lowercases)
 
@@ -526,7 +584,7 @@ that one scheme ends above another needs that).
 
 ## Where each run ended
 
-Plateau: {rule.describe()}; at most {s["max_update_cap"]} updates. Updates to the end
+{budget_section(results, s)}Plateau: {rule.describe()}; at most {s["max_update_cap"]} updates. Updates to the end
 (mean ± half-range):
 
 {cell_table(results, "end_update", 0, meta)}
@@ -561,7 +619,7 @@ Curves: [valid_loss.png](valid_loss.png) (whole runs), [valid_loss_zoom.png](val
   {", ".join(f"{m['module']} {m['version']}" for m in data["modules"].values())}): {data["pairs"]["train"]:,} /
   {data["pairs"]["valid"]:,} / {data["pairs"]["test"]:,} pairs (train after cleaning / valid / test, the held-out
   splits whole chapters), {data["verses"]["chapters_dropped"]} chapters left out where the modules' verses do not pair.
-- Models: E6D6 / E12D12 `residual_transformer_iwslt_de_en` at width {s["dim"]}, FFN {4 * s["dim"]}, 4 heads, shared
+- Models: {depths} `residual_transformer_iwslt_de_en` at width {s["dim"]}, FFN {4 * s["dim"]}, 4 heads, shared
   embeddings; attention and activation dropout 0.1, Adam (0.9, 0.98), weight decay 1e-4, label smoothing 0.1, fp32,
   no clipping: the paper's IWSLT recipe; dropout {s["dropout"]:g} (the paper's: 0.3). Peak lr {s["lr"]:g},
   inverse_sqrt over {s["warmup"]} warmup updates from 1e-7 (warmup "no": starting at the peak, constant for

@@ -851,3 +851,34 @@ def test_a_report_rewritten_alone_reports_a_record_made_under_an_older_key_and_s
     assert found["bleu"] == made["bleu"] and "recorded under another key" in capsys.readouterr().out
     (records / f"{spec.name}-fedcba987654.json").write_text(older.read_text())
     assert bible_study.recorded([spec], data, args) == []  # two candidates: none is taken for it
+
+
+def test_a_budgeted_studys_report_names_its_budgets_where_the_rule_would_have_stopped_and_the_papers_wmt_table(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setattr(bible_study, "run_training", FakeTrainer(plateau_curve))
+    monkeypatch.setattr(bible_study, "average_and_score", FakeScoring())
+    args, spec = study_args(tmp_path, "--budget", "6=3000"), RunSpec("deepnet", 6, True, 1)
+    data = {"databin": "D", "sha256": "d" * 64, "fingerprints": {spec: "fp"}}
+    record = bible_study.run_one(spec, data, args, tmp_path / "o" / "runs", tmp_path / "w" / "runs")
+    meta = {
+        "command": "cmd",
+        "plan": [plan_entry(spec)],
+        "settings": {k: v for k, v in vars(args).items() if k not in ("work", "out")},
+        "data": {
+            "pairs": {"train": 100, "valid": 10, "test": 4},
+            "verses": {"chapters_dropped": 3},
+            "modules": {"es": {"module": "m", "version": "1"}},
+        },
+        "provenance": provenance(),
+    }
+    bible_report.write_report([record], meta, tmp_path / "report")
+    readme = (tmp_path / "report" / "README.md").read_text()
+    assert readme.startswith("# The paper's comparison at equal budgets")
+    assert "**Equal budgets**: E6D6 3,000 updates" in readme
+    row = ["deepnet-e6d6-warmup-seed1", "3,000", "budget of 3000 updates", "2,500", "4.240", "4.240"]
+    assert row in table_rows(readme)
+    assert ["b2t", "26.53", "27.30"] in table_rows(readme) and ["deepnet", "yes", "35.34", "35.39"] in table_rows(
+        readme
+    )
+    assert "- Models: E6D6 `residual_transformer_iwslt_de_en`" in readme
