@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..commands import generate_command
 from ..runner import PLUGIN_DIR, fairseq_command
-from .estimate import Estimator, Workload
+from .estimate import GPU_TFLOPS, Estimator, Workload
 
 ROOT = PLUGIN_DIR.parent
 #: wall time of the default parts, in seconds: the GPU machine's run is at most 10 min, install included
@@ -357,17 +357,20 @@ def build(args, estimator: Estimator, gpus: int, spent: Optional[float] = None) 
     runs: List[Run] = []
     precision_workloads = {s: _corpus_workload(scale.precision_arch, scale.precision_layers, s) for s in args.schemes}
     torchrun_workload = _corpus_workload("residual_transformer_iwslt_de_en", 6, "residual")
-    flops = len(args.precisions) * sum(estimator.counts(precision_workloads[s])["flops"] for s in args.schemes)
-    flops += estimator.counts(torchrun_workload)["flops"]
+    reduced = len(args.precisions) * sum(estimator.counts(precision_workloads[s])["flops"] for s in args.schemes)
+    # the GPU's time a round: the fp32 torchrun's FLOPs count as more reduced-precision ones, and the other way round
+    speedup = GPU_TFLOPS["fp16"] / GPU_TFLOPS["fp32"]
+    single = estimator.counts(torchrun_workload)["flops"]
     for precision in args.precisions:
         for scheme in args.schemes:
             w = precision_workloads[scheme]
-            seconds = start + scale.precision_updates * estimator.update(w, precision, flops)
+            seconds = start + scale.precision_updates * estimator.update(w, precision, reduced + single * speedup)
             skip = CPU_UNSUPPORTED.get(precision) if scale.cpu else None
             cmd = precision_command(databin, scheme, precision, scale, stop_s=2 * seconds)
             runs.append(Run(f"{precision} {scheme}", cmd, f"{precision}-{scheme}.log", seconds, w, skip=skip))
     if not args.skip_torchrun:
-        seconds = 1.5 * start + scale.torchrun_updates * estimator.update(torchrun_workload, "fp32", flops)
+        per_update = estimator.update(torchrun_workload, "fp32", single + reduced / speedup)
+        seconds = 1.5 * start + scale.torchrun_updates * per_update
         runs.append(Run("torchrun", torchrun_command(databin, work, max(gpus, 1), scale), "torchrun.log", seconds))
     parts.append(
         Part(
