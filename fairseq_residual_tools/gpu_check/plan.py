@@ -108,6 +108,8 @@ class Part:
     default: bool = True
     #: runs after the group, each needing one of the group's (the claims' BLEU scoring)
     then: List[Run] = field(default_factory=list)
+    #: what the part's record keeps of its plan (the Bible part's recipe, groups and estimates)
+    detail: Dict = field(default_factory=dict)
 
 
 WIDTH_OPTIONS = ("embed_dim", "ffn_embed_dim", "attention_heads")
@@ -335,7 +337,9 @@ def scale_of(args) -> Scale:
 
 
 #: the parts, in the order they run; ``--only`` picks from these
-PART_NAMES = ("precision", "claims", "bench", "compiled")
+PART_NAMES = ("precision", "claims", "bench", "compiled", "bible")
+#: the part that takes the whole window, run alone (``--only bible``): the paper's IWSLT model on the Bible (bible.py)
+ALONE = "bible"
 
 
 def chosen(args, name: str, default: bool) -> bool:
@@ -414,6 +418,7 @@ def build(args, estimator: Estimator, gpus: int, spent: Optional[float] = None) 
     # 2. claims: sixteen trainings at once for the time left, then sixteen BLEU scorings at once
     before = BUNDLE_INSTALL_S + DATA_S + parts[0].estimate_s * parts[0].default if spent is None else spent
     used = before + sum(p.estimate_s for p in later if p.default)
+    later.append(_bible_part(args, scale, estimator, BUDGET_S - before, work / "logs"))
     score_s = start + 5.0
     train_s = max(60.0, BUDGET_S - used - score_s)
     claim_workloads = {
@@ -455,6 +460,17 @@ def build(args, estimator: Estimator, gpus: int, spent: Optional[float] = None) 
         then=scoring,
     )
     return [parts[0], claims, *later]
+
+
+def _bible_part(args, scale: Scale, estimator: Estimator, seconds: float, logs: Path) -> Part:
+    """5. bible (opt-in, alone): the paper's IWSLT model on real text for ``seconds`` (bible.py); without ``--only
+    bible`` a placeholder, so that a plan without it neither reads the Bible data nor counts its models."""
+    if chosen(args, ALONE, False):
+        from . import bible
+
+        return bible.build_part(args, scale, estimator, seconds, logs)
+    title = "The paper's IWSLT model on the Bible (alone, with the whole window: --only bible)"
+    return Part(ALONE, title, [], 0.0, default=False)
 
 
 def default_seconds(parts: List[Part]) -> float:
