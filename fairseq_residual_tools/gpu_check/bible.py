@@ -55,8 +55,8 @@ GROUPS: Dict[str, Tuple[Tuple[str, int, bool], ...]] = {
 EPOCH_OVERHEAD_S = 1.0
 #: decoding the 814 test verses with beam 5 on the GPU, and averaging five checkpoints (assumed)
 DECODE_S = 20.0
-#: the CPU path's budget and batch (the same code path in seconds, on the embedded corpus or the Bible)
-CPU_EPOCHS, CPU_MAX_TOKENS = 2, 4096
+#: the CPU path's budget: the GPU's recipe and batch at the CPU path's tiny width and depths (its code path in minutes)
+CPU_EPOCHS = 2
 
 
 @dataclass(frozen=True)
@@ -318,8 +318,7 @@ def plan(args, scale, estimator: Estimator, seconds: float) -> Plan:
     """The groups, in order, that fit ``seconds`` when all their runs share the GPU (a group that does not fit is
     skipped, a later one may), each run to ``EPOCHS`` (``CPU_EPOCHS`` on the CPU path, all groups)."""
     data = manifest(Path(args.bible))
-    recipe = Recipe.from_configs()
-    recipe = replace(recipe, max_tokens=CPU_MAX_TOKENS) if scale.cpu else recipe.adapted(BATCH_FACTOR)
+    recipe = Recipe.from_configs().adapted(BATCH_FACTOR)
     epochs = CPU_EPOCHS if scale.cpu else EPOCHS
     updates, sentences, length = epoch_shape(str(Path(args.bible) / "bin"), data["src"], data["tgt"], recipe.max_tokens)
     vocab = sum(1 for _ in (Path(args.bible) / "bin" / f"dict.{data['tgt']}.txt").open()) + 4  # and the specials
