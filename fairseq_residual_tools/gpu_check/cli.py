@@ -193,6 +193,10 @@ def run(args) -> Dict:
             "no CUDA GPU visible (torch.cuda.is_available() is False): run this on a GPU machine, "
             "or add --dry-run to see the plan, or --cpu-tiny to run its code path on the CPU"
         )
+    if gpus:  # the node's own host time per operation, measured idle before anything runs (a few seconds)
+        print(
+            f"[gpu-check] host time per operation on this machine: {estimator.measure_host() * 1e6:.1f} us", flush=True
+        )
     parts = plan.build(args, estimator, len(gpus))
     if args.dry_run:
         print_plan(parts, args.only)
@@ -209,6 +213,7 @@ def run(args) -> Dict:
         "gpus": gpus,
         "cuda": torch.version.cuda,
         "assumptions": describe_assumptions(),
+        "host_seconds_per_op": {k: v for k, v in estimator.record.items() if k.startswith("host_seconds_per_op")},
         "timings": [
             {
                 "part": "bundle install, start, plan",

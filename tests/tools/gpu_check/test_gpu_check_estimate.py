@@ -60,3 +60,10 @@ def test_missing_estimate_inputs_say_how_to_make_them(tmp_path):
 
     with pytest.raises(UserError, match="gpu_check.sh --calibrate"):
         Estimator.load(tmp_path / "estimates.json")
+
+
+def test_the_host_time_per_operation_is_measured_again_on_the_machine_that_runs_the_check():
+    e = Estimator(record(per_op=1.0))  # one second an operation: no machine is that slow
+    measured = e.measure_host()
+    assert 0 < measured < 1e-3 and e.record["host_seconds_per_op"] == measured
+    assert e.record["host_seconds_per_op_calibrated"] == 1.0
