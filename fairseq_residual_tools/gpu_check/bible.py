@@ -346,7 +346,7 @@ def plan(args, scale, estimator: Estimator, seconds: float) -> Plan:
         else:
             not_run[group] = f"not run: {needed:.0f} s with the groups before it, {seconds:.0f} s left"
     per_update, train = timing([s for g in chosen.values() for s in g])
-    estimate_s = max(train.values(), default=0.0) + score_s
+    estimate_s = max(train.values()) + score_s if train else 0.0  # no group fits: nothing runs
     width = scale.width or (recipe.embed_dim, recipe.ffn_embed_dim, recipe.heads)
     chosen_plan = (updates, chosen, not_run, per_update, train, estimate_s, score_s)
     return Plan(recipe, width, tuple(scale.claims_depths), epochs, args.bible_precision, *chosen_plan)

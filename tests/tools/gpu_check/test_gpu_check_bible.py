@@ -120,6 +120,9 @@ def test_the_groups_that_fit_the_window_are_planned_in_order_and_one_that_does_n
     assert list(skipped.detail["groups"]) == ["shallow", "no-warmup"]
     assert skipped.detail["not_run"]["deep"].startswith("not run: ")
     assert skipped.estimate_s == pytest.approx(without_deep.estimate_s) and skipped.estimate_s < everything.estimate_s
+    # a window that holds no group runs nothing and says so for each
+    none = bible_part(estimator, packed, tmp_path, 10.0)
+    assert none.runs == [] and none.estimate_s == 0.0 and list(none.detail["not_run"]) == list(bible.GROUPS)
     # a later session trains what did not fit, to the same budget
     deep = bible_part(estimator, packed, tmp_path, 1e6, "--bible-groups", "deep")
     assert [r.label.split()[1] for r in deep.runs] == ["e12d12"] * 3 and deep.detail["epochs"] == bible.EPOCHS
