@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..errors import DataError, exit_on_user_error
 from ..files import write_json, write_lines
@@ -37,6 +37,7 @@ DEFAULT_PACK = ROOT / "gpu-bible"
 DEFAULT_RECIPE_DATA = ROOT / "work" / "bible-study" / "data"
 MANIFEST = "manifest.json"
 REFERENCES = "test-references.txt"
+DOCUMENTS = "test-documents.txt"
 #: the budget of every run, in epochs of the training set (equal for all, fixed before any GPU ran it)
 EPOCHS = 30
 #: the window needs fewer, larger updates (an update's ~3,000-6,000 launches cost the same at any batch): 4 x the
@@ -113,8 +114,20 @@ class Recipe:
 # ---- the data, packed here and checked on the node ----------------------------------------------------------
 
 
-def pack(databin: Path, references: Path, src: str, tgt: str, lowercase: bool, out: Path, source: Dict) -> Dict:
-    """``out``: the data-bin's files of the pair, the untouched test references, and a manifest written last."""
+def pack(
+    databin: Path,
+    references: Path,
+    src: str,
+    tgt: str,
+    lowercase: bool,
+    out: Path,
+    source: Dict,
+    line_of_sample: Optional[List[int]] = None,
+    documents: Optional[Path] = None,
+) -> Dict:
+    """``out``: the data-bin's files of the pair, the untouched test references (line ``line_of_sample[i]`` for
+    sample id i, where the recipe drops or reorders test lines), the test verses' chapters (``documents``: what a
+    paired bootstrap resamples) if given, and a manifest written last."""
     from fairseq.data.indexed_dataset import MMapIndexedDataset
 
     databin, out = Path(databin), Path(out)
@@ -130,7 +143,7 @@ def pack(databin: Path, references: Path, src: str, tgt: str, lowercase: bool, o
         raise DataError(f"no test references at {references}: name the untouched test text with --references")
     lines = Path(references).read_text(encoding="utf-8").splitlines()
     sentences = len(MMapIndexedDataset(str(databin / f"test.{src}-{tgt}.{tgt}")))
-    if len(lines) != sentences:
+    if (len(lines) if line_of_sample is None else len(line_of_sample)) != sentences:
         raise DataError(
             f"{references} has {len(lines)} lines for the data-bin's {sentences} test sentences: give the test "
             "split's untouched target text"
@@ -141,11 +154,16 @@ def pack(databin: Path, references: Path, src: str, tgt: str, lowercase: bool, o
         shutil.copyfile(databin / name, out / "bin" / name)
     write_lines(out / REFERENCES, lines)
     files = [f"bin/{n}" for n in names] + [REFERENCES]
+    if documents is not None:
+        shutil.copyfile(documents, out / DOCUMENTS)
+        files.append(DOCUMENTS)
     record = {
         "src": src,
         "tgt": tgt,
         "lowercase": lowercase,
         "references": REFERENCES,
+        "line_of_sample": line_of_sample,
+        "documents": DOCUMENTS if documents is not None else None,
         "test_sentences": sentences,
         "source": source,
         "packed": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -403,9 +421,8 @@ def score(args) -> Dict:
         gen = evaluate.generate(Path(args.pack) / "bin", averaged, args.cpu, "test", task, "@@ ", out)
         original = (Path(args.pack) / data["references"]).read_text(encoding="utf-8").splitlines()
         hypotheses = scoring.detokenize(gen.hypotheses, data["tgt"])
-        sacre, signature = scoring.reference_sacrebleu(
-            hypotheses, scoring.original_references(gen, original), data["lowercase"], data["tgt"]
-        )
+        references = scoring.original_references(gen, original, data.get("line_of_sample"))
+        sacre, signature = scoring.reference_sacrebleu(hypotheses, references, data["lowercase"], data["tgt"])
         write_lines(Path(args.out).with_suffix(".hyp.txt"), hypotheses)
         result.update(
             epochs_averaged=sorted(n for _, n in found),
@@ -477,32 +494,38 @@ def clear(part) -> None:
 
 
 def pack_from_recipe(args) -> Dict:
-    """``pack`` of the Bible recipe's output folder: its summary.json names the data-bin, the pair, whether the text
-    was lowercased, and the untouched test text (``--references`` replaces that)."""
-    summary_path = Path(args.data) / "summary.json"
-    if not summary_path.is_file():
+    """``pack`` of the Bible recipe's output folder: its summary.json names the data-bin, the pair, and the untouched
+    test text with its sha256, whether the model's text was lowercased and the chapters of the verses (``test_text``;
+    a recipe run before that record names the text in ``references``); ``--references`` replaces the text."""
+    data = Path(args.data)
+    if not (data / "summary.json").is_file():
         raise DataError(
-            f"no {summary_path}: prepare the Bible first (bash data-prep/prepare-bible.sh --out {args.data}), or "
+            f"no {data / 'summary.json'}: prepare the Bible first (bash data-prep/prepare-bible.sh --out {data}), or "
             "name its output folder with --data"
         )
-    summary = json.loads(summary_path.read_text(encoding="utf-8"))
+    summary = json.loads((data / "summary.json").read_text(encoding="utf-8"))
     translation = summary["translation"]
-    references = args.references or summary.get("references", {}).get("test")
-    if references is None:
-        raise DataError(f"{summary_path} names no test references: give the untouched test text with --references")
-    source = {"data": str(args.data), "data_bin_sha256": summary.get("data_bin_sha256"), "pairs": summary["pairs"]}
-    record = pack(
-        Path(args.data) / translation["data_bin"],
-        Path(references),
-        translation["source_lang"],
-        translation["target_lang"],
-        bool(translation["lowercase"]),
-        Path(args.out),
-        source,
-    )
-    total = sum(f["bytes"] for f in record["files"]) / 2**20
-    print(f"[bible] {args.out}: {len(record['files'])} files, {total:.1f} MiB, {record['test_sentences']} test lines")
-    return record
+    src, tgt = translation["source_lang"], translation["target_lang"]
+    record = summary.get("test_text") or {}
+    test = next((s for s in record.get("sets", []) if s["split"] == "test"), None)
+    line_of, documents, lowercase = None, None, bool(record.get("lowercase", translation["lowercase"]))
+    if args.references:
+        references = Path(args.references)
+    elif test is not None:
+        references, line_of = data / test["files"][tgt]["path"], test["line_of_sample"]
+        documents = data / test["documents"] if test.get("documents") else None
+        if not references.is_file() or sha256(references) != test["files"][tgt]["sha256"]:
+            raise DataError(f"{references} is not the test text {data / 'summary.json'} records: prepare it again")
+    elif summary.get("references", {}).get("test"):
+        references = Path(summary["references"]["test"])
+    else:
+        raise DataError(f"{data / 'summary.json'} names no test text: give the untouched test text with --references")
+    source = {"data": str(data), "data_bin_sha256": summary.get("data_bin_sha256"), "pairs": summary["pairs"]}
+    out = Path(args.out)
+    found = pack(data / translation["data_bin"], references, src, tgt, lowercase, out, source, line_of, documents)
+    total = sum(f["bytes"] for f in found["files"]) / 2**20
+    print(f"[bible] {out}: {len(found['files'])} files, {total:.1f} MiB, {found['test_sentences']} test lines")
+    return found
 
 
 def main(argv=None) -> int:

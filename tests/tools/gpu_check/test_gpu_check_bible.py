@@ -80,6 +80,40 @@ def test_packing_refuses_references_that_are_not_the_test_splits(demo_databin, t
     assert not (tmp_path / "out" / bible.MANIFEST).exists()
 
 
+def test_packing_a_recipes_folder_takes_the_test_text_its_summary_records_and_refuses_another(demo_databin, tmp_path):
+    import shutil
+
+    from fairseq_residual_tools.gpu_bundle import sha256
+
+    recipe = tmp_path / "recipe"
+    shutil.copytree(demo_databin.databin, recipe / "bin")
+    (recipe / "test-text").mkdir()
+    shutil.copyfile(f"{demo_databin.raw_prefixes['test']}.tgt", recipe / "test-text" / "test.tgt")
+    (recipe / "test-text" / "test.chapters").write_text("".join(f"Book {i // 10}\n" for i in range(40)))
+    text = {"path": "test-text/test.tgt", "sha256": sha256(recipe / "test-text" / "test.tgt"), "lines": 40}
+    test = {"split": "test", "name": "test", "files": {"tgt": text}, "line_of_sample": None}
+    summary = {
+        "pairs": {"train": 800, "valid": 40, "test": 40},
+        "translation": {"source_lang": "src", "target_lang": "tgt", "data_bin": "bin", "lowercase": True},
+        "test_text": {"lowercase": True, "sets": [dict(test, documents="test-text/test.chapters")]},
+    }
+    (recipe / "summary.json").write_text(json.dumps(summary))
+    out = tmp_path / "gpu-bible"
+    assert bible.main(["pack", "--data", str(recipe), "--out", str(out)]) == 0
+    record = bible.verify(out)
+    assert record["lowercase"] is True and record["documents"] == bible.DOCUMENTS and record["line_of_sample"] is None
+    assert (out / bible.DOCUMENTS).read_text().splitlines()[-1] == "Book 3"
+    (recipe / "test-text" / "test.tgt").write_text("another text\n" * 40)
+    with pytest.raises(DataError, match="is not the test text .*summary.json records: prepare it again"):
+        bible.pack_from_recipe(bible_args(recipe, out))
+
+
+def bible_args(data, out):
+    import argparse
+
+    return argparse.Namespace(data=str(data), out=str(out), references=None)
+
+
 def test_packing_the_recipes_folder_without_a_summary_says_how_to_prepare_it(tmp_path, capsys):
     assert bible.main(["pack", "--data", str(tmp_path), "--out", str(tmp_path / "out")]) == 1
     assert capsys.readouterr().err.startswith(f"error: no {tmp_path / 'summary.json'}: prepare the Bible first")
