@@ -18,7 +18,7 @@ from typing import Any, Dict, List, Sequence
 from ..errors import UserError, exit_on_user_error
 from ..files import atomic_outputs, write_json, write_text
 from ..provenance import provenance
-from . import plan
+from . import bible, plan
 from .estimate import Estimator, calibrate, describe_assumptions
 
 ROOT = plan.ROOT
@@ -81,6 +81,8 @@ def print_plan(parts: List[plan.Part], only: Sequence[str] = ()) -> None:
             skip = f"  [skipped: {run.skip}]" if run.skip else ""
             updates = f", {run.planned_updates} updates planned" if run.planned_updates else ""
             print(f"- {what} {run.label}: about {run.estimate_s:.0f} s{updates}{skip}\n  {shlex.join(run.command)}")
+        if part.detail:
+            print(bible.describe_plan(part.detail))
     total = plan.default_seconds(parts)
     print(
         f"\nbundle install {plan.BUNDLE_INSTALL_S:.0f} s, data {plan.DATA_S:.0f} s; "
@@ -101,6 +103,8 @@ def summarise(part: plan.Part, results: Dict[str, Dict], logs: Path, data, scale
     from ..training_log import outcome
     from . import report
 
+    if part.name == plan.ALONE:
+        return bible.summarise(part, results, logs)
     if part.name == "precision":
         entries: Dict[str, Any] = {"precision": {}}
         for run in part.runs:
@@ -189,6 +193,10 @@ def run(args) -> Dict:
             "no CUDA GPU visible (torch.cuda.is_available() is False): run this on a GPU machine, "
             "or add --dry-run to see the plan, or --cpu-tiny to run its code path on the CPU"
         )
+    if gpus:  # the node's own host time per operation, measured idle before anything runs (a few seconds)
+        print(
+            f"[gpu-check] host time per operation on this machine: {estimator.measure_host() * 1e6:.1f} us", flush=True
+        )
     parts = plan.build(args, estimator, len(gpus))
     if args.dry_run:
         print_plan(parts, args.only)
@@ -205,6 +213,7 @@ def run(args) -> Dict:
         "gpus": gpus,
         "cuda": torch.version.cuda,
         "assumptions": describe_assumptions(),
+        "host_seconds_per_op": {k: v for k, v in estimator.record.items() if k.startswith("host_seconds_per_op")},
         "timings": [
             {
                 "part": "bundle install, start, plan",
@@ -222,7 +231,10 @@ def run(args) -> Dict:
             archive_logs(logs, out)
 
     start = time.time()
-    data = prepare_data(args)
+    if args.only == [plan.ALONE]:  # the Bible part reads its own data: checked here against its manifest
+        data, record["bible_data"] = None, bible.verify(Path(args.bible))
+    else:
+        data = prepare_data(args)
     record["timings"].append({"part": "data", "estimate_s": plan.DATA_S, "seconds": round(time.time() - start, 1)})
     save()
     deadline = started + plan.BUDGET_S
@@ -239,6 +251,8 @@ def run(args) -> Dict:
         start = time.time()
         from .execute import run_part
 
+        if name == plan.ALONE:
+            bible.clear(part)
         results = run_part(part, logs, None if args.cpu_tiny else max(left, 60.0))
         record["timings"].append({**timing, "seconds": round(time.time() - start, 1)})
         record.update(summarise(part, results, logs, data, scale, out))
@@ -297,6 +311,25 @@ def parse_args(argv: Sequence[str]):
         help=f"run only these parts, comma-separated, from {list(plan.PART_NAMES)} (e.g. compiled: the opt-in part "
         "alone, with the whole budget)",
     )
+    parser.add_argument(
+        "--bible",
+        metavar="DIR",
+        default=str(bible.DEFAULT_PACK),
+        help="the part bible's data: the folder of python -m fairseq_residual_tools.gpu_check.bible pack (default "
+        "gpu-bible/)",
+    )
+    parser.add_argument(
+        "--bible-groups",
+        default=",".join(bible.GROUPS),
+        help=f"the part bible's groups, in order of value, comma-separated, from {list(bible.GROUPS)} (those that do "
+        "not fit the window are named as not run; a later session runs them with the same budget)",
+    )
+    parser.add_argument(
+        "--bible-precision",
+        default=bible.PRECISION,
+        choices=["fp32", "amp", "bf16"],
+        help=f"the part bible's precision (default {bible.PRECISION}: fp32, the recipe's, fits no group in the window)",
+    )
     parser.add_argument("--dry-run", action="store_true", help="print every run with its estimate; run nothing")
     parser.add_argument("--cpu-tiny", action="store_true", help="run every part on the CPU at tiny sizes")
     parser.add_argument("--calibrate", action="store_true", help="measure the estimates' inputs on this machine")
@@ -336,6 +369,11 @@ def parse_args(argv: Sequence[str]):
     args.only = [p for p in (args.only or "").split(",") if p]
     if any(p not in plan.PART_NAMES for p in args.only):
         parser.error(f"--only {','.join(args.only)}: choose parts from {','.join(plan.PART_NAMES)}")
+    if plan.ALONE in args.only and len(args.only) > 1:
+        parser.error(f"--only {','.join(args.only)}: the part {plan.ALONE} takes the whole window, run it alone")
+    args.bible_groups = [g for g in args.bible_groups.split(",") if g]
+    if not args.bible_groups or any(g not in bible.GROUPS for g in args.bible_groups):
+        parser.error(f"--bible-groups {','.join(args.bible_groups)}: choose from {','.join(bible.GROUPS)}")
     if args.depths:
         try:
             args.depths = tuple(int(d) for d in args.depths.split(","))

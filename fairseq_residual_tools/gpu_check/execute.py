@@ -47,12 +47,14 @@ def run_group(
 
 
 def run_part(part: Part, logs: Path, timeout: Optional[float]) -> Dict[str, Dict]:
-    """The part's group, then its follow-up runs (each after the run of its label), all within ``timeout``."""
+    """The part's group; each run's follow-up (its scoring, ``results[label]["then"]``) as soon as the run has
+    finished without error, while the others go on, within what is left of ``timeout`` (30 s at least)."""
     start = time.monotonic()
-    results = run_group(part.runs, logs, timeout)
-    if part.then:
-        left = None if timeout is None else max(30.0, timeout - (time.monotonic() - start))
-        ready = [r for r in part.then if "error" not in results.get(r.label, {"error": "not run"})]
-        for label, result in run_group(ready, logs, left).items():
-            results[label]["then"] = result
-    return results
+    follow = {r.label: r for r in part.then}
+
+    def then(run: Run, result: Dict) -> None:
+        if run.label in follow:
+            left = None if timeout is None else max(30.0, timeout - (time.monotonic() - start))
+            result["then"] = run_one(follow[run.label], logs, left)
+
+    return run_group(part.runs, logs, timeout, after=then)

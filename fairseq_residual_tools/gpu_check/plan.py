@@ -24,7 +24,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 from ..commands import generate_command
 from ..runner import PLUGIN_DIR, fairseq_command
-from .estimate import Estimator, Workload
+from .estimate import GPU_TFLOPS, Estimator, Workload
 
 ROOT = PLUGIN_DIR.parent
 #: wall time of the default parts, in seconds: the GPU machine's run is at most 10 min, install included
@@ -108,6 +108,8 @@ class Part:
     default: bool = True
     #: runs after the group, each needing one of the group's (the claims' BLEU scoring)
     then: List[Run] = field(default_factory=list)
+    #: what the part's record keeps of its plan (the Bible part's recipe, groups and estimates)
+    detail: Dict = field(default_factory=dict)
 
 
 WIDTH_OPTIONS = ("embed_dim", "ffn_embed_dim", "attention_heads")
@@ -335,7 +337,9 @@ def scale_of(args) -> Scale:
 
 
 #: the parts, in the order they run; ``--only`` picks from these
-PART_NAMES = ("precision", "claims", "bench", "compiled")
+PART_NAMES = ("precision", "claims", "bench", "compiled", "bible")
+#: the part that takes the whole window, run alone (``--only bible``): the paper's IWSLT model on the Bible (bible.py)
+ALONE = "bible"
 
 
 def chosen(args, name: str, default: bool) -> bool:
@@ -357,17 +361,20 @@ def build(args, estimator: Estimator, gpus: int, spent: Optional[float] = None) 
     runs: List[Run] = []
     precision_workloads = {s: _corpus_workload(scale.precision_arch, scale.precision_layers, s) for s in args.schemes}
     torchrun_workload = _corpus_workload("residual_transformer_iwslt_de_en", 6, "residual")
-    flops = len(args.precisions) * sum(estimator.counts(precision_workloads[s])["flops"] for s in args.schemes)
-    flops += estimator.counts(torchrun_workload)["flops"]
+    reduced = len(args.precisions) * sum(estimator.counts(precision_workloads[s])["flops"] for s in args.schemes)
+    # the GPU's time a round: the fp32 torchrun's FLOPs count as more reduced-precision ones, and the other way round
+    speedup = GPU_TFLOPS["fp16"] / GPU_TFLOPS["fp32"]
+    single = estimator.counts(torchrun_workload)["flops"]
     for precision in args.precisions:
         for scheme in args.schemes:
             w = precision_workloads[scheme]
-            seconds = start + scale.precision_updates * estimator.update(w, precision, flops)
+            seconds = start + scale.precision_updates * estimator.update(w, precision, reduced + single * speedup)
             skip = CPU_UNSUPPORTED.get(precision) if scale.cpu else None
             cmd = precision_command(databin, scheme, precision, scale, stop_s=2 * seconds)
             runs.append(Run(f"{precision} {scheme}", cmd, f"{precision}-{scheme}.log", seconds, w, skip=skip))
     if not args.skip_torchrun:
-        seconds = 1.5 * start + scale.torchrun_updates * estimator.update(torchrun_workload, "fp32", flops)
+        per_update = estimator.update(torchrun_workload, "fp32", single + reduced / speedup)
+        seconds = 1.5 * start + scale.torchrun_updates * per_update
         runs.append(Run("torchrun", torchrun_command(databin, work, max(gpus, 1), scale), "torchrun.log", seconds))
     parts.append(
         Part(
@@ -411,6 +418,7 @@ def build(args, estimator: Estimator, gpus: int, spent: Optional[float] = None) 
     # 2. claims: sixteen trainings at once for the time left, then sixteen BLEU scorings at once
     before = BUNDLE_INSTALL_S + DATA_S + parts[0].estimate_s * parts[0].default if spent is None else spent
     used = before + sum(p.estimate_s for p in later if p.default)
+    later.append(_bible_part(args, scale, estimator, BUDGET_S - before, work / "logs"))
     score_s = start + 5.0
     train_s = max(60.0, BUDGET_S - used - score_s)
     claim_workloads = {
@@ -452,6 +460,17 @@ def build(args, estimator: Estimator, gpus: int, spent: Optional[float] = None) 
         then=scoring,
     )
     return [parts[0], claims, *later]
+
+
+def _bible_part(args, scale: Scale, estimator: Estimator, seconds: float, logs: Path) -> Part:
+    """5. bible (opt-in, alone): the paper's IWSLT model on real text for ``seconds`` (bible.py); without ``--only
+    bible`` a placeholder, so that a plan without it neither reads the Bible data nor counts its models."""
+    if chosen(args, ALONE, False):
+        from . import bible
+
+        return bible.build_part(args, scale, estimator, seconds, logs)
+    title = "The paper's IWSLT model on the Bible (alone, with the whole window: --only bible)"
+    return Part(ALONE, title, [], 0.0, default=False)
 
 
 def default_seconds(parts: List[Part]) -> float:

@@ -4,7 +4,7 @@ import json
 import math
 import re
 import statistics
-from typing import Any, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional
 
 from ..markdown import table
 from ..provenance import describe
@@ -104,9 +104,13 @@ def _claim_cell(run: Optional[dict]) -> str:
 VARIANT_METHODS = {"residual-c0.5": "ResiDual, --residual-output-scale 0.5", "hc": "Hyper-Connections (4 streams)"}
 
 
-def claims_table(claims: Dict[str, dict], depths, paper: dict) -> str:
-    """Measured cells (BLEU, the fails rule, updates reached) beside the paper's warmup ablation; a variant the
-    paper does not have (ResiDual with its output scaled at init) follows with empty paper cells."""
+Cell = Callable[[Optional[dict]], str]
+
+
+def claims_table(claims: Dict[str, dict], depths, paper: dict, cell: Cell = _claim_cell) -> str:
+    """Measured cells (``cell``: by default BLEU, the fails rule, updates reached) beside the paper's warmup
+    ablation; a variant the paper does not have (ResiDual with its output scaled at init) follows with empty paper
+    cells."""
     headers = (
         ["method", "warmup"] + [f"E{d}D{d} (measured)" for d in depths] + [f"{c} (paper)" for c in paper["columns"]]
     )
@@ -120,8 +124,7 @@ def claims_table(claims: Dict[str, dict], depths, paper: dict) -> str:
     rows = []
     for row in paper["rows"] + extra:
         measured = [
-            _claim_cell(claims.get(f"{row['scheme']} e{d}d{d} {'warmup' if row['warmup'] else 'no-warmup'}"))
-            for d in depths
+            cell(claims.get(f"{row['scheme']} e{d}d{d} {'warmup' if row['warmup'] else 'no-warmup'}")) for d in depths
         ]
         rows.append(
             [
@@ -132,6 +135,58 @@ def claims_table(claims: Dict[str, dict], depths, paper: dict) -> str:
             ]
         )
     return table(headers, rows)
+
+
+def _bible_cell(run: Optional[dict]) -> str:
+    if run is None:
+        return "not run"
+    if run.get("fails"):
+        return f"fails ({run['fails']})"
+    if run.get("sacrebleu") is None:
+        return f"no BLEU: {run.get('error') or run.get('score_error') or 'not scored'}"
+    return f"{run['sacrebleu']:.2f} ({run['bleu']:.2f}), {run['epochs']} epochs"
+
+
+def bible_tables(bible: dict, paper: dict) -> List[str]:
+    """The Bible part's runs (the rule, epochs, validation, the plateau rule, BLEU, time against the estimate), then
+    its sacreBLEU beside the paper's warmup ablation."""
+    from .bible import describe_plan
+
+    rows = []
+    for label, run in bible["runs"].items():
+        plateau = run.get("plateau_update")
+        measured = run.get("seconds_per_update")
+        rows.append(
+            [
+                label,
+                f"{run.get('epochs', 0)} / {bible['epochs']}",
+                str(run.get("updates", 0)),
+                run.get("fails") or run.get("error") or "trained",
+                f"{run['best_valid_loss']:.3f}" if run.get("best_valid_loss") is not None else "-",
+                "not reached" if plateau is None else f"update {plateau}",
+                f"{run['bleu']:.2f}" if run.get("bleu") is not None else "-",
+                f"{run['sacrebleu']:.2f}" if run.get("sacrebleu") is not None else "-",
+                f"{measured:.3f} ({run['estimated_seconds_per_update']:.3f})" if measured else "-",
+                f"{run['seconds']:.0f} ({run['estimate_s']:.0f})" if run.get("seconds") is not None else "-",
+            ]
+        )
+    headers = ["run", "epochs", "updates", "the rule", "best valid loss", "plateau rule", "BLEU (tok.)", "sacreBLEU"]
+    headers += ["s / update (estimate)", "s (estimate)"]
+    signatures = sorted({r["sacrebleu_signature"] for r in bible["runs"].values() if r.get("sacrebleu_signature")})
+    return [
+        describe_plan(bible),
+        "",
+        f"The rule: {RULE}. The plateau rule (where it would have stopped the run; measured, not used): "
+        f"{bible['plateau_rule']}. sacreBLEU against the untouched test verses: {', '.join(signatures) or '-'}. "
+        "Seconds per update from the log (validations and saves included), beside the time model's.",
+        "",
+        table(headers, rows),
+        "",
+        "sacreBLEU (tokenised BLEU) on the Bible's test verses, beside the paper's IWSLT-14 figures (another corpus: a "
+        "pattern to compare with):",
+        "",
+        claims_table(bible["runs"], bible["depths"], paper, cell=_bible_cell),
+    ]
 
 
 def timing_table(timings: List[dict]) -> str:
@@ -178,6 +233,9 @@ def report_markdown(record: dict, root) -> str:
             "",
             claims_table(record["claims"], record["claims_depths"], paper),
         ]
+    if "bible" in record:
+        lines += ["", "## The paper's IWSLT model on real text: the Bible, Spanish to English", ""]
+        lines += bible_tables(record["bible"], paper)
     for key, title in [
         ("torchrun", "torchrun through scripts/train.sh"),
         ("bench", "Benchmark on the GPU"),
