@@ -13,6 +13,8 @@
 # make bench-loss -- a training step with label_smoothed_cross_entropy and with fused_label_smoothed_cross_entropy
 #                 side by side (Pre-LN, ResiDual, hc; the CPU study's size, IWSLT and WMT E6D6; fp32, bf16), with
 #                 profiles (-> results/bench/fused-loss/)
+# make gpu-bible -- the Bible data-bin and its test text packed for the GPU check's opt-in part bible -> gpu-bible/
+#                 (needs the study's data: make bible-study-results prepares it in work/bible-study/data)
 # make gpu-bundle -- wheels for an offline GPU node (CPython 3.12, torch 2.11) -> gpu-bundle/ (docs/install.md);
 #                 needs a Python 3.12 and PyPI, builds in work/gpu-bundle/ (~4.7 GB, once), not part of make test
 PYTHON ?= python3
@@ -22,7 +24,7 @@ PIP    := $(BIN)/pip install --disable-pip-version-check
 # the install is redone only when pyproject.toml, setup.py, constraints.txt or quiet.py (the .pth line) changes
 STAMP  := $(VENV)/.installed-stamp
 
-.PHONY: install test lint demo demo-results lm-cpu-results bible-study-results bench bench-compiled bench-loss gpu-bundle constraints clean-venv
+.PHONY: install test lint demo demo-results lm-cpu-results bible-study-results bench bench-compiled bench-loss gpu-bible gpu-bundle constraints clean-venv
 
 install: $(STAMP)
 
@@ -96,6 +98,10 @@ bench-compiled: $(STAMP)
 # stock's logits are not mapped in anew every step)
 bench-loss: $(STAMP)
 	OMP_NUM_THREADS=1 $(BIN)/python -m fairseq_residual_tools.bench.fused_loss --profile --out results/bench/fused-loss
+
+# the GPU check's part bible carries this beside gpu-bundle/ (results/gpu-check/README.md)
+gpu-bible: $(STAMP)
+	$(BIN)/python -m fairseq_residual_tools.gpu_check.bible pack --data work/bible-study/data --out gpu-bible
 
 # the bundle's own code uses the standard library only: no .venv needed
 gpu-bundle:
