@@ -67,11 +67,11 @@ def test_the_difference_interval_and_two_sided_p_resampling_whole_documents_are_
     refs = corpus(0)
     documents = [f"chapter {i // 10}" for i in range(len(refs))]  # 12 chapters of 10 sentences
     base, better, close = noisy(refs, 0.5, 1), noisy(refs, 0.3, 2), noisy(refs, 0.49, 3)
-    draws = significance.Draws.of(documents, "chapters", resamples=300)
-    assert draws.documents == 12 and draws.counts.sum(axis=1).tolist() == [12] * 300
+    draws = significance.Draws.of(documents, "chapters", resamples=120)
+    assert draws.documents == 12 and draws.counts.sum(axis=1).tolist() == [12] * 120
     for hyps in (better, close):
         row = significance.paired_test(stats(hyps, refs), stats(base, refs), draws)
-        observed, p, (low, high) = by_definition(base, hyps, refs, documents, 300)
+        observed, p, (low, high) = by_definition(base, hyps, refs, documents, 120)
         assert row["delta"] == pytest.approx(observed, abs=0.005)
         assert row["sacrebleu"] == pytest.approx(BLEU().corpus_score(hyps, [refs]).score, abs=0.005)
         assert row["p"] == pytest.approx(p, abs=1e-4)

@@ -231,8 +231,11 @@ def test_a_run_the_rule_fails_is_not_decoded(packed, tmp_path):
 
 @pytest.mark.slow
 def test_the_part_runs_end_to_end_on_the_cpu_at_a_tiny_size(packed, tmp_path):
+    # one group, two trainings side by side (the other groups are the same code at other depths and warmup; which
+    # groups a window holds: the plan's and the dry run's tests)
     out = tmp_path / "out"
     argv = ["--cpu-tiny", "--only", "bible", "--bible", str(packed), "--out", str(out), "--work", str(tmp_path / "w")]
+    argv += ["--bible-groups", "no-warmup"]
     started = time.time()
     proc = subprocess.run(["bash", str(SCRIPT), *argv], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -242,12 +245,7 @@ def test_the_part_runs_end_to_end_on_the_cpu_at_a_tiny_size(packed, tmp_path):
     assert [t["part"] for t in record["timings"]] == ["bundle install, start, plan", "data", "bible"]
     assert record["bible_data"]["test_sentences"] == 40
     runs = record["bible"]["runs"]
-    assert list(runs) == [
-        *(f"{s} e1d1 warmup" for s in ("post", "pre", "residual")),
-        *(f"{s} e2d2 warmup" for s in ("post", "pre", "residual")),
-        "pre e1d1 no-warmup",
-        "residual e1d1 no-warmup",
-    ]
+    assert list(runs) == ["pre e1d1 no-warmup", "residual e1d1 no-warmup"]
     for run in runs.values():
         assert run["epochs"] == bible.CPU_EPOCHS and run["epochs_averaged"] == list(range(1, bible.CPU_EPOCHS + 1))
         assert 0.0 <= run["sacrebleu"] <= 100.0 and run["sentences"] == 40 and run["fails"] is None
@@ -257,4 +255,4 @@ def test_the_part_runs_end_to_end_on_the_cpu_at_a_tiny_size(packed, tmp_path):
     assert "Every run: 2 epochs of the valid split" in report and "width 16, FFN 32, 2 heads" in report
     with tarfile.open(out / "logs.tar.gz") as tar:
         names = tar.getnames()
-    assert "logs/bible-residual-e2d2-warmup.log" in names and "logs/bible-pre-e1d1-no-warmup.score.hyp.txt" in names
+    assert "logs/bible-residual-e1d1-no-warmup.log" in names and "logs/bible-pre-e1d1-no-warmup.score.hyp.txt" in names
