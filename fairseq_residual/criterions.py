@@ -49,7 +49,7 @@ class FusedLossConfig(FairseqDataclass):
     )
     fused_loss_chunk_rows: int = field(
         default=0,
-        metadata={"help": "rows of the torch path's chunks; 0: twice the width, at most 32 MiB of float32 logits"},
+        metadata={"help": "rows of the torch path's chunks; 0: fused_loss.chunk_rows_for (64 at the study's size)"},
     )
 
 

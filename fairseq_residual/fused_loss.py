@@ -31,9 +31,9 @@ the chunks in float32 and cast once. What differs from stock is the order of flo
 over all rows at once).
 
 Chunk size: every chunk reads W twice and adds into ∂loss/∂W (a cost per chunk of order V d), every row costs
-order V; ``chunk_rows_for`` takes 2 d rows, so that W's traffic per row stays below one pass over the row's logits,
-and at most ``CHUNK_BYTES`` of float32 logits, so that a chunk's temporaries stay far below the logits of a batch
-(docs/performance.md has the measured sweep).
+order V; ``chunk_rows_for`` takes at most 2 d rows, so that W's traffic per row stays below one pass over the row's
+logits, and at most ``CHUNK_BYTES`` of float32 logits, so that the chunk's passes over its logits stay in a core's
+cache (at least 64 rows, where W's traffic would otherwise dominate). docs/performance.md has the measured sweep.
 """
 
 from typing import NamedTuple, Optional
@@ -41,16 +41,20 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor
 
-#: the largest chunk of float32 logits (bytes): a chunk's temporaries are a few of these, against the whole batch's
-CHUNK_BYTES = 32 * 2**20
+#: the largest chunk of float32 logits (bytes): half of a core's L2 on the Xeon measured (4 MiB), where the study's
+#: size steps fastest at 64 rows (1.25x stock) against 1.15x at 128 and 1.14x at 32 (docs/performance.md)
+CHUNK_BYTES = 2 * 2**20
+#: the fewest rows a chunk takes
+MIN_CHUNK_ROWS = 64
 #: compute dtypes whose gradients are computed in the forward pass (see the module's docstring for float16)
 GRADIENTS_IN_FORWARD = (torch.float32, torch.bfloat16, torch.float64)
 
 
 def chunk_rows_for(width: int, vocab: int) -> int:
-    """Rows per chunk: 2 x the width, at most ``CHUNK_BYTES`` of float32 logits, a multiple of 32 (at least 32)."""
+    """Rows per chunk: at most 2 x the width and ``CHUNK_BYTES`` of float32 logits, a multiple of 32, at least
+    ``MIN_CHUNK_ROWS``."""
     rows = min(2 * width, CHUNK_BYTES // (4 * vocab))
-    return max(32, rows - rows % 32)
+    return max(MIN_CHUNK_ROWS, rows - rows % 32)
 
 
 class LossSums(NamedTuple):

@@ -125,10 +125,10 @@ def test_without_gradients_the_sums_and_the_count_of_correct_rows_are_the_same()
 
 
 def test_the_chunk_is_twice_the_width_and_at_most_32_mib_of_logits():
-    assert chunk_rows_for(64, 7840) == 128  # the CPU study's model
-    assert chunk_rows_for(256, 10000) == 512  # IWSLT E6D6
-    assert chunk_rows_for(512, 32000) == 256  # WMT: 32 MiB / (4 x 32,000) = 262 rows, a multiple of 32 below
-    assert chunk_rows_for(16, 10**7) == 32  # never fewer than 32 rows
+    assert chunk_rows_for(64, 7840) == 64  # the CPU study's model: 2 MiB / (4 x 7,840) = 66 rows, 64 below
+    assert chunk_rows_for(32, 1000) == 64  # 2 x the width, at most
+    assert chunk_rows_for(256, 10000) == 64  # IWSLT E6D6: 52 rows fit 2 MiB, never fewer than 64
+    assert chunk_rows_for(16, 10**7) == 64
 
 
 def test_features_and_projection_of_different_dtypes_are_refused_in_one_line():
