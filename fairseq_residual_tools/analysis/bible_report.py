@@ -382,9 +382,10 @@ def same_comparison(row: Dict) -> Tuple:
     return tuple(row.get(k) for k in keys)
 
 
-def every_seed_column(compared: List[Dict]) -> List[str]:
-    """For each row, whether its comparison tells the two apart with one sign at every seed it was made at
-    (``significance.at_every_seed``): "above" / "below" / "no"; "one seed" where it was made at one."""
+def every_seed_column(compared: List[Dict]) -> List[Tuple[str, str]]:
+    """For each row, over the seeds its comparison was made at: the difference's mean ± half-range (the seed spread
+    beside the test), and whether each seed tells the two apart with one sign (``significance.at_every_seed``):
+    "above" / "below" / "no"; "-" and "one seed" where it was made at one."""
     from .significance import at_every_seed
 
     groups: Dict[Tuple, List[Dict]] = {}
@@ -393,8 +394,12 @@ def every_seed_column(compared: List[Dict]) -> List[str]:
     column = []
     for c in compared:
         group = groups[same_comparison(c)]
-        verdict = at_every_seed(group)
-        column.append("one seed" if len(group) < 2 else {1: "above", -1: "below", None: "no"}[verdict])
+        if len(group) < 2:
+            column.append(("-", "one seed"))
+            continue
+        deltas = [g["delta"] for g in group]
+        spread = f"{sum(deltas) / len(deltas):+.2f} ± {(max(deltas) - min(deltas)) / 2:.2f}"
+        column.append((spread, {1: "above", -1: "below", None: "no"}[at_every_seed(group)]))
     return column
 
 
@@ -403,7 +408,7 @@ def significance_table(compared: List[Dict], signature: str) -> str:
     if not compared:
         return "No cell has two scored runs yet."
     rows = []
-    for c, every in zip(compared, every_seed_column(compared)):
+    for c, (spread, every) in zip(compared, every_seed_column(compared)):
         rows.append([f"E{c['layers']}D{c['layers']}", "yes" if c["warmup"] else "no", c["seed"], c["scheme"]])
         against = c["against"] + (" with warmup" if c["against_warmup"] and not c["warmup"] else "")
         below = c.get("against_layers", c["layers"])
@@ -411,9 +416,9 @@ def significance_table(compared: List[Dict], signature: str) -> str:
         rows[-1] += [against, f"{c['against_sacrebleu']:.2f}", f"{c['sacrebleu']:.2f}", f"{c['delta']:+.2f}"]
         rows[-1] += [f"[{c['ci95'][0]:+.2f}, {c['ci95'][1]:+.2f}]"]
         rows[-1] += ["-" if c["p"] is None else f"{c['p']:.4f}", "-" if c["p_holm"] is None else f"{c['p_holm']:.4f}"]
-        rows[-1] += [every]
+        rows[-1] += [spread, every]
     headers = ["depth", "warmup", "seed", "scheme", "against", "against: sacreBLEU", "sacreBLEU", "difference"]
-    headers += ["95 % interval", "p", "Holm p", "at every seed"]
+    headers += ["95 % interval", "p", "Holm p", "over seeds", "at every seed"]
     return f"{table(headers, rows)}\n\nTest: {signature}; Holm's correction over every comparison in this table."
 
 
@@ -578,7 +583,7 @@ of the same warmup and seed (e.g. "pre at E6D6"). "p": how often the resampled d
 least as far from zero as the one measured; "Holm p": p corrected by Holm's method over every comparison in this
 table (one family). A difference with Holm p above 0.05 is one this test set cannot tell from noise. "at every
 seed": where the comparison was made at several seeds, whether each tells the two apart with the same sign (a claim
-that one scheme ends above another needs that).
+that one scheme ends above another needs that); "over seeds": its difference's mean ± half-range over those seeds.
 
 {significance_table(compared, test_signature)}
 

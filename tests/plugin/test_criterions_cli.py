@@ -81,10 +81,11 @@ def test_a_run_resumes_with_either_criterion_and_generates(demo_databin, tmp_pat
 
 
 @pytest.mark.parametrize("name", ["iwslt14", "wmt14", "opus100"])
-def test_the_paper_configs_train_with_the_fused_criterion_and_stock_is_one_override_away(name):
-    assert dataset_config(name).criterion._name == FUSED
-    stock = dataset_config(name, ("criterion._name=label_smoothed_cross_entropy",)).criterion
-    assert stock._name == "label_smoothed_cross_entropy" and stock.label_smoothing == 0.1
+def test_the_paper_configs_train_with_stock_where_the_fused_loss_does_not_pay_and_it_is_one_override_away(name):
+    # at widths 512-1024 the fused loss measured 0.7-1.06x stock on the CPU (results/bench/fused-loss)
+    assert dataset_config(name).criterion._name == "label_smoothed_cross_entropy"
+    fused = dataset_config(name, (f"criterion._name={FUSED}",)).criterion
+    assert fused._name == FUSED and fused.label_smoothing == 0.1
 
 
 def test_the_small_config_trains_with_the_fused_criterion():

@@ -316,3 +316,15 @@ def test_the_summarys_figures_are_written_from_the_records_and_a_figure_of_no_ru
         )
     with pytest.raises(ConfigError, match="not a scored run"):
         bible_report.render_figures("{{sacrebleu hc-e6d6-warmup-seed1}}", [pre, residual], compared, tmp_path)
+
+
+def test_a_comparison_made_at_two_seeds_shows_its_spread_and_whether_both_tell_the_two_apart():
+    cell = dict(layers=6, warmup=True, against="pre", against_warmup=True, scheme="residual")
+    rows = [
+        dict(cell, seed=1, delta=1.14, p=0.0004, p_holm=0.007),
+        dict(cell, seed=2, delta=1.16, p=0.004, p_holm=0.062),
+        dict(cell, scheme="hc", seed=1, delta=-0.08, p=0.8, p_holm=1.0),
+    ]
+    assert bible_report.every_seed_column(rows) == [("+1.15 ± 0.01", "no"), ("+1.15 ± 0.01", "no"), ("-", "one seed")]
+    rows[1]["p_holm"] = 0.01
+    assert bible_report.every_seed_column(rows)[0] == ("+1.15 ± 0.01", "above")

@@ -633,7 +633,7 @@ def test_each_scored_run_is_tested_against_pre_ln_of_its_cell_on_the_translation
     ]
     assert rows[1][:3] == ["E6D6", "yes", "1"] and bleu["pre"] == "100.00" and rows[1][7].startswith("-")
     assert float(rows[-1][7]) > 0 and 0 < float(rows[1][9]) <= float(rows[1][10]) <= 1  # p, then Holm's
-    assert rows[1][11] == "one seed"
+    assert rows[1][11:13] == ["-", "one seed"]
 
     kept.unlink()  # a record scored before translations were kept: filled in from its decoding in --work
     bible_study.backfill_test_outputs(results, args, "D")
