@@ -31,9 +31,10 @@ the chunks in float32 and cast once. What differs from stock is the order of flo
 over all rows at once).
 
 Chunk size: every chunk reads W twice and adds into ∂loss/∂W (a cost per chunk of order V d), every row costs
-order V; ``chunk_rows_for`` takes at most 2 d rows, so that W's traffic per row stays below one pass over the row's
-logits, and at most ``CHUNK_BYTES`` of float32 logits, so that the chunk's passes over its logits stay in a core's
-cache (at least 64 rows, where W's traffic would otherwise dominate). docs/performance.md has the measured sweep.
+order V, so W's traffic per row is d / rows passes over the row's logits. ``chunk_rows_for`` keeps a chunk's float32
+logits within ``CHUNK_BYTES`` (in a core's cache) where that still leaves at least d rows; where it does not (wide
+models, large vocabularies) cache cannot be had without W's traffic dominating, so it takes 2 d rows, at most
+``MAX_CHUNK_BYTES`` of logits (far below the batch's). docs/performance.md has the measured sweep.
 """
 
 from typing import NamedTuple, Optional
@@ -41,9 +42,11 @@ from typing import NamedTuple, Optional
 import torch
 from torch import Tensor
 
-#: the largest chunk of float32 logits (bytes): half of a core's L2 on the Xeon measured (4 MiB), where the study's
-#: size steps fastest at 64 rows (1.25x stock) against 1.15x at 128 and 1.14x at 32 (docs/performance.md)
+#: a chunk of float32 logits that stays in cache (bytes): half of a core's L2 on the Xeon measured (4 MiB), where the
+#: study's size steps fastest at 64 rows (1.25x stock) against 1.15x at 128 and 1.14x at 32 (docs/performance.md)
 CHUNK_BYTES = 2 * 2**20
+#: the largest chunk of float32 logits where cache is out of reach: far below the batch's logits at WMT's size
+MAX_CHUNK_BYTES = 32 * 2**20
 #: the fewest rows a chunk takes
 MIN_CHUNK_ROWS = 64
 #: compute dtypes whose gradients are computed in the forward pass (see the module's docstring for float16)
@@ -51,9 +54,11 @@ GRADIENTS_IN_FORWARD = (torch.float32, torch.bfloat16, torch.float64)
 
 
 def chunk_rows_for(width: int, vocab: int) -> int:
-    """Rows per chunk: at most 2 x the width and ``CHUNK_BYTES`` of float32 logits, a multiple of 32, at least
-    ``MIN_CHUNK_ROWS``."""
-    rows = min(2 * width, CHUNK_BYTES // (4 * vocab))
+    """Rows per chunk, a multiple of 32, at least ``MIN_CHUNK_ROWS``: as many as ``CHUNK_BYTES`` of float32 logits
+    hold where that is at least ``width`` rows (cache, with W's traffic at most one pass per row), else 2 x the width
+    and at most ``MAX_CHUNK_BYTES`` of logits (W's traffic amortised)."""
+    in_cache = CHUNK_BYTES // (4 * vocab)
+    rows = in_cache if in_cache >= width else min(2 * width, MAX_CHUNK_BYTES // (4 * vocab))
     return max(MIN_CHUNK_ROWS, rows - rows % 32)
 
 

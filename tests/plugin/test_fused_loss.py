@@ -124,11 +124,12 @@ def test_without_gradients_the_sums_and_the_count_of_correct_rows_are_the_same()
     assert linear_cross_entropy(features, weight, target, 0.1).n_correct is None
 
 
-def test_the_chunk_is_twice_the_width_and_at_most_32_mib_of_logits():
+def test_the_chunk_stays_in_cache_where_that_leaves_the_width_in_rows_and_else_is_twice_the_width():
     assert chunk_rows_for(64, 7840) == 64  # the CPU study's model: 2 MiB / (4 x 7,840) = 66 rows, 64 below
-    assert chunk_rows_for(32, 1000) == 64  # 2 x the width, at most
-    assert chunk_rows_for(256, 10000) == 64  # IWSLT E6D6: 52 rows fit 2 MiB, never fewer than 64
-    assert chunk_rows_for(16, 10**7) == 64
+    assert chunk_rows_for(32, 1000) == 512  # 524 rows in 2 MiB
+    assert chunk_rows_for(256, 10000) == 512  # IWSLT E6D6: 52 rows fit 2 MiB, < 256: 2 x the width (838 in 32 MiB)
+    assert chunk_rows_for(512, 32000) == 256  # WMT E6D6: 2 x 512 rows would be 125 MiB; 262 fit 32 MiB
+    assert chunk_rows_for(16, 10**7) == 64  # never fewer than 64
 
 
 def test_features_and_projection_of_different_dtypes_are_refused_in_one_line():
