@@ -3,6 +3,13 @@ side by side in one run: step time, peak memory, and where the step's time goes 
 
     python -m fairseq_residual_tools.bench.fused_loss --out results/bench/fused-loss
     python -m fairseq_residual_tools.bench.fused_loss --quick --out /tmp/fused-loss     (tiny size, seconds)
+    python -m fairseq_residual_tools.bench.fused_loss --device cuda --kernel auto --precisions fp16 bf16 ...
+
+On a GPU (``--device cuda``; the GPU check's opt-in ``fused-loss`` part runs it) the model and batch live there,
+``--kernel auto`` lets the criterion take Liger's or Cut Cross-Entropy's kernel where installed and fitting (the
+record says which ran), a step's time ends with the loss read back (which waits for the step's kernels), and peak
+memory is the CUDA allocator's; fp16 is offered there only (a cast model, no loss scaler: the step's work, not a
+training recipe).
 
 Each (size, precision, scheme) is measured in a fresh process (``isolation``) holding two copies of one model (the
 same weights): one steps with the stock criterion, the other with the fused one, in turn, one step each per round in
@@ -35,7 +42,12 @@ DEFAULT_SIZES = ["cpu-study", "iwslt-e6d6", "wmt-e6d6"]
 #: a size's dropout where it is not its architecture's: the CPU study trains at dropout 0 (results/bible-study)
 SIZE_DROPOUT = {"cpu-study": 0.0}
 DEFAULT_SCHEMES = ["pre", "residual", "hc"]
-PRECISIONS = {"fp32": "float32", "bf16": "bfloat16"}
+PRECISIONS = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+#: precisions the CPU path refuses: torch's CPU float16 products are not what a CPU user trains with
+CUDA_ONLY = {"fp16"}
+DEFAULT_PRECISIONS = ["fp32", "bf16"]
+DEVICES = ("cpu", "cuda")
+KERNELS = ("torch", "auto", "liger", "cce")
 LABEL_SMOOTHING = 0.1
 #: the CPU flags that decide how fast bfloat16 products run (AMX tiles; AVX-512's bfloat16 dot products)
 BF16_FLAGS = ("amx_bf16", "avx512_bf16")
@@ -76,21 +88,25 @@ def side_by_side(
     min_seconds: float,
     profile: bool,
     chunk_rows: int,
+    device: str = "cpu",
+    kernel: str = "torch",
 ) -> Dict[str, Dict]:
     """The stock and the fused criterion stepping in turn on two copies of one model in this process."""
     import torch
     from fairseq.criterions.label_smoothed_cross_entropy import LabelSmoothedCrossEntropyCriterion
 
     from fairseq_residual.criterions import FusedLabelSmoothedCrossEntropyCriterion
+    from fairseq_residual.fused_loss_kernels import choose
 
     from .compiled import costliest_kernels
-    from .memory import step_allocation_peak_bytes
+    from .memory import cuda_step_peak_bytes, step_allocation_peak_bytes
     from .steps import SyntheticTask, synthetic_batch
     from .variants import build_variant
 
     task = SyntheticTask(size.vocab)
-    sample = synthetic_batch(task, size.batch, size.src_len, size.tgt_len)
-    model = build_variant(Variant(scheme, scheme, scheme), size, task).to(getattr(torch, PRECISIONS[precision]))
+    sample = synthetic_batch(task, size.batch, size.src_len, size.tgt_len, device=device)
+    model = build_variant(Variant(scheme, scheme, scheme), size, task)
+    model = model.to(device=device, dtype=getattr(torch, PRECISIONS[precision]))
     if dropout is not None:
         for module in model.modules():
             if type(module).__name__ == "FairseqDropout":
@@ -98,7 +114,7 @@ def side_by_side(
     criteria = {
         "stock": LabelSmoothedCrossEntropyCriterion(task, False, LABEL_SMOOTHING),
         "fused": FusedLabelSmoothedCrossEntropyCriterion(
-            task, False, LABEL_SMOOTHING, fused_loss_kernel="torch", fused_loss_chunk_rows=chunk_rows
+            task, False, LABEL_SMOOTHING, fused_loss_kernel=kernel, fused_loss_chunk_rows=chunk_rows
         ),
     }
     runs: Dict[str, CriterionStep] = {
@@ -122,16 +138,19 @@ def side_by_side(
     for r in range(rounds):
         for name in names if r % 2 == 0 else names[::-1]:
             timed(name)
+    peak_bytes = cuda_step_peak_bytes if device == "cuda" else step_allocation_peak_bytes
     measured: Dict[str, Dict] = {}
     for name, run in runs.items():
         measured[name] = {
             "step_s": statistics.median(seconds[name][warmup:]),
             "timed_steps": len(seconds[name]) - warmup,
             "losses": losses[name][:3],
-            "peak_mb": (run.persistent_bytes() + step_allocation_peak_bytes(run)) / 2**20,
+            "peak_mb": (run.persistent_bytes() + peak_bytes(run)) / 2**20,
         }
         if profile:
-            measured[name]["kernels"] = costliest_kernels(run, "cpu", count=12)
+            measured[name]["kernels"] = costliest_kernels(run, device, count=12)
+    # what the fused criterion ran: the torch path, or the CUDA kernel ``kernel`` chose
+    measured["fused"]["kernel"] = choose(kernel, device, getattr(torch, PRECISIONS[precision]), LABEL_SMOOTHING, False)
     return measured
 
 
@@ -142,7 +161,7 @@ def counted(size: Size, precision: str, chunk_rows: int) -> Dict[str, float]:
     width = (size.width or (512 if "wmt" in size.arch else 256,))[0]
     tokens, vocab = size.batch * size.tgt_len, size.vocab + 4  # fairseq's dictionary: 4 special symbols
     rows = chunk_rows or chunk_rows_for(width, vocab)
-    compute = 2 if precision == "bf16" else 4
+    compute = 4 if precision == "fp32" else 2
     return {
         "tokens": tokens,
         "vocab": vocab,
@@ -167,6 +186,12 @@ def cpu_flags() -> Dict[str, object]:
     }
 
 
+def gpu_name(device: str) -> Optional[str]:
+    import torch
+
+    return torch.cuda.get_device_name() if device == "cuda" else None
+
+
 def row_of(size: Size, precision: str, scheme: str, measured: Dict[str, Dict], chunk_rows: int) -> Dict:
     stock, fused = measured["stock"], measured["fused"]
     tokens = size.batch * size.tgt_len
@@ -182,8 +207,33 @@ def row_of(size: Size, precision: str, scheme: str, measured: Dict[str, Dict], c
     }
 
 
+def outcome(record: Dict) -> str:
+    """One line: the speed ratios' range, the peak memory saved and the kernel(s), over the record's rows."""
+    rows = record["rows"]
+    if not rows:
+        return "no row measured"
+    kernels = sorted({r["fused"].get("kernel", "torch") for r in rows})
+    return (
+        f"fused x stock {span([r['speed_ratio'] for r in rows], '.2f')} over {len(rows)} row(s), peak memory "
+        f"{span([r['peak_saved_mb'] for r in rows], '.0f')} MB lower, kernel {', '.join(kernels)} "
+        "(fused-loss/fused-loss.md)"
+    )
+
+
+def span(values: List[float], spec: str) -> str:
+    low, high = format(min(values), spec), format(max(values), spec)
+    return low if low == high else f"{low} to {high}"
+
+
+def milliseconds(seconds: float) -> str:
+    return f"{1e3 * seconds:.0f}" if seconds >= 0.1 else f"{1e3 * seconds:.1f}"
+
+
 def markdown(record: Dict) -> str:
-    lines = [
+    kernels = sorted({r["fused"].get("kernel", "torch") for r in record["rows"]})
+    where = record.get("gpu") or f"the CPU, {record.get('threads', 1)} thread(s)"
+    lines = [f"On {where}; the fused criterion's kernel: {', '.join(kernels) or '-'}.", ""]
+    lines += [
         "| size | precision | scheme | step ms: stock / fused | fused × stock (speed) | peak MB: stock / fused | "
         "peak saved MB | logits MB (float32 log-probs) |",
         "|---|---|---|---|---|---|---|---|",
@@ -191,8 +241,8 @@ def markdown(record: Dict) -> str:
     for r in record["rows"]:
         c = r["counted"]
         lines.append(
-            f"| {r['size']} | {r['precision']} | {r['scheme']} | {1e3 * r['stock']['step_s']:.0f} / "
-            f"{1e3 * r['fused']['step_s']:.0f} | {r['speed_ratio']:.2f} | {r['stock']['peak_mb']:.0f} / "
+            f"| {r['size']} | {r['precision']} | {r['scheme']} | {milliseconds(r['stock']['step_s'])} / "
+            f"{milliseconds(r['fused']['step_s'])} | {r['speed_ratio']:.2f} | {r['stock']['peak_mb']:.0f} / "
             f"{r['fused']['peak_mb']:.0f} | {r['peak_saved_mb']:.0f} | {c['logits_mb']:.0f} ({c['log_probs_mb']:.0f}) |"
         )
     profiled = [r for r in record["rows"] if "kernels" in r["stock"]]
@@ -210,7 +260,9 @@ def parse_args(argv):
     )
     parser.add_argument("--sizes", nargs="+", choices=list(SIZE_CHOICES), default=DEFAULT_SIZES)
     parser.add_argument("--schemes", nargs="+", default=DEFAULT_SCHEMES, help="residual_transformer schemes")
-    parser.add_argument("--precisions", nargs="+", default=list(PRECISIONS), choices=list(PRECISIONS))
+    parser.add_argument("--precisions", nargs="+", default=DEFAULT_PRECISIONS, choices=list(PRECISIONS))
+    parser.add_argument("--device", default="cpu", choices=DEVICES)
+    parser.add_argument("--kernel", default="torch", choices=KERNELS, help="its --fused-loss-kernel (the CPU's: torch)")
     parser.add_argument("--steps", type=int, default=10, help="timed rounds at least (one step of each criterion)")
     parser.add_argument("--min-seconds", type=float, default=20.0, help="and at least this long")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps of each first")
@@ -228,6 +280,14 @@ def parse_args(argv):
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.steps, args.min_seconds, args.warmup = ["tiny"], 2, 0.0, 1
+    if args.device == "cpu" and CUDA_ONLY & set(args.precisions):
+        gpu_only = " ".join(sorted(CUDA_ONLY & set(args.precisions)))
+        parser.error(f"--precisions {gpu_only}: on a GPU only (--device cuda)")
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("--device cuda: torch sees no CUDA device here; run it on the GPU machine, or --device cpu")
     return args
 
 
@@ -249,6 +309,9 @@ def main(argv=None) -> Dict:
                 **{s: "the architecture's" for s in args.sizes},
                 **{s: d for s, d in SIZE_DROPOUT.items() if s in args.sizes},
             },
+            "device": args.device,
+            "gpu": gpu_name(args.device),
+            "kernel": args.kernel,
             "threads": args.threads,
             "malloc": args.malloc,
             "label_smoothing": LABEL_SMOOTHING,
@@ -278,6 +341,8 @@ def main(argv=None) -> Dict:
                     min_seconds=args.min_seconds,
                     profile=args.profile,
                     chunk_rows=args.chunk_rows,
+                    device=args.device,
+                    kernel=args.kernel,
                 )
                 rows.append(row_of(size, precision, scheme, measured, args.chunk_rows))
                 r = rows[-1]

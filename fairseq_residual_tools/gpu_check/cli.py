@@ -159,6 +159,7 @@ def summarise(part: plan.Part, results: Dict[str, Dict], logs: Path, data, scale
     outcomes = {
         "bench": lambda: report.bench_outcome(json.loads((out / "bench" / "bench.json").read_text())),
         "compiled": lambda: _compiled_outcome(out / "compiled" / "compiled.json"),
+        "fused-loss": lambda: _fused_loss_outcome(out / "fused-loss" / "fused-loss.json"),
     }
     text = f"failed: {result['error']}" if "error" in result else "finished; " + outcomes[part.name]()
     return {part.name: {"command": shlex.join(run.command), "outcome": text}}
@@ -166,6 +167,12 @@ def summarise(part: plan.Part, results: Dict[str, Dict], logs: Path, data, scale
 
 def _compiled_outcome(path: Path) -> str:
     from ..bench.compiled import outcome
+
+    return outcome(json.loads(path.read_text()))
+
+
+def _fused_loss_outcome(path: Path) -> str:
+    from ..bench.fused_loss import outcome
 
     return outcome(json.loads(path.read_text()))
 
@@ -305,6 +312,12 @@ def parse_args(argv: Sequence[str]):
         "--with-compiled",
         action="store_true",
         help="add the training-throughput comparison, eager and --torch-compile (opt-in: ~8 min)",
+    )
+    parser.add_argument(
+        "--with-fused-loss",
+        action="store_true",
+        help="add the fused loss beside fairseq's criterion: step time and peak memory, IWSLT and WMT E6D6, fp16 and "
+        "bf16 (opt-in: ~3 min; with --only fused-loss alone, its record among the files that come back)",
     )
     parser.add_argument(
         "--only",

@@ -12,6 +12,9 @@
    IWSLT E6D6, WMT E18D18).
 4. ``compiled`` (opt-in: ``--with-compiled``): training throughput at WMT E6D6 in fp16 and bf16, stock Pre-LN eager
    beside ResiDual and the schemes of ``--with``, eager and under ``--torch-compile`` (bench/compiled.py).
+5. ``fused-loss`` (opt-in: ``--with-fused-loss``): a training step with fairseq's label-smoothed cross-entropy and
+   with the plugin's fused one, side by side (bench/fused_loss.py, ``--kernel auto``: Liger's or Cut Cross-Entropy's
+   kernel where the node has it, else the torch path), Pre-LN and ResiDual at IWSLT and WMT E6D6 in fp16 and bf16.
 
 Every run has an estimated time (estimate.py); the default parts fit ``BUDGET_S``. ``--cpu-tiny`` runs the same
 parts on the CPU at tiny sizes: the check's own code path, end to end, without a GPU.
@@ -36,6 +39,11 @@ DATA_S = 30.0
 #: torch.compile's inductor compilation of one E6D6 model, forward and backward, on the GPU machine's 16 cores:
 #: on the H200 node a cold fp16 compile at WMT E6D6 had not finished 125 s after its process started (2026-12-04)
 COMPILE_S = 180.0
+#: the fused-loss part on the GPU: its sizes, precisions and schemes, and its timed and warm-up rounds per row
+FUSED_LOSS_SIZES = ("iwslt-e6d6", "wmt-e6d6")
+FUSED_LOSS_PRECISIONS = ("fp16", "bf16")
+FUSED_LOSS_SCHEMES = ("pre", "residual")
+FUSED_LOSS_STEPS, FUSED_LOSS_WARMUP, FUSED_LOSS_MIN_S = 10, 3, 3.0
 #: the compiled part's precisions on the GPU, and its timed and warm-up steps per variant
 COMPILED_PRECISIONS = ("fp16", "bf16")
 COMPILED_STEPS, COMPILED_WARMUP, COMPILED_MIN_S = 10, 3, 5
@@ -268,6 +276,36 @@ def compiled_command(out: Path, scale: Scale, schemes: Sequence[str]) -> List[st
     ]
 
 
+def fused_loss_command(out: Path, scale: Scale) -> List[str]:
+    """bench/fused_loss.py: on the GPU its sizes in fp16 and bf16 with ``--kernel auto``; on the CPU path the tiny
+    size in fp32, two rounds, the torch path (the part's code path in seconds)."""
+    if scale.cpu:
+        options = ["--device", "cpu", "--sizes", "tiny", "--precisions", "fp32", "--schemes", "residual"]
+        options += ["--steps", "2", "--warmup", "1", "--min-seconds", "0"]
+    else:
+        options = ["--device", "cuda", "--kernel", "auto", "--sizes", *FUSED_LOSS_SIZES]
+        options += ["--precisions", *FUSED_LOSS_PRECISIONS, "--schemes", *FUSED_LOSS_SCHEMES]
+        options += ["--steps", str(FUSED_LOSS_STEPS), "--warmup", str(FUSED_LOSS_WARMUP)]
+        options += ["--min-seconds", str(FUSED_LOSS_MIN_S)]
+    return [sys.executable, "-m", "fairseq_residual_tools.bench.fused_loss", *options, "--out", str(out / "fused-loss")]
+
+
+def _fused_loss_estimate(estimator: Estimator, scale: Scale, start: float) -> float:
+    """A fresh process per size, precision and scheme (``start`` each) stepping both criteria in turn, its rounds
+    at least ``FUSED_LOSS_MIN_S``; a step taken as the benchmark's update of that size (the loss is part of it)."""
+    from ..bench.variants import SIZES
+
+    if scale.cpu:
+        return start
+    total = 0.0
+    for name in FUSED_LOSS_SIZES:
+        for scheme in FUSED_LOSS_SCHEMES:
+            step = estimator.update(_bench_workload(SIZES[name], scheme))
+            rounds_s = max(FUSED_LOSS_MIN_S, 2 * FUSED_LOSS_STEPS * step) + 2 * FUSED_LOSS_WARMUP * step
+            total += len(FUSED_LOSS_PRECISIONS) * (start + rounds_s)
+    return total
+
+
 def _compiled_estimate(estimator: Estimator, scale: Scale, schemes: Sequence[str], start: float) -> float:
     """A fresh process per scheme and precision (``start`` each) that steps stock Pre-LN, the scheme eager and the
     scheme compiled in turn (``COMPILE_S`` more for the compile)."""
@@ -337,7 +375,7 @@ def scale_of(args) -> Scale:
 
 
 #: the parts, in the order they run; ``--only`` picks from these
-PART_NAMES = ("precision", "claims", "bench", "compiled", "bible")
+PART_NAMES = ("precision", "claims", "bench", "compiled", "fused-loss", "bible")
 #: the part that takes the whole window, run alone (``--only bible``): the paper's IWSLT model on the Bible (bible.py)
 ALONE = "bible"
 
@@ -410,6 +448,16 @@ def build(args, estimator: Estimator, gpus: int, spent: Optional[float] = None) 
             [Run("compiled", compiled_command(out, scale, compiled_schemes), "compiled.log", compiled_s)],
             0.0,
             default=chosen(args, "compiled", args.with_compiled),
+        )
+    )
+    fused_s = _fused_loss_estimate(estimator, scale, start)
+    later.append(
+        Part(
+            "fused-loss",
+            "The fused loss beside fairseq's: step time and peak memory",
+            [Run("fused-loss", fused_loss_command(out, scale), "fused-loss.log", fused_s)],
+            0.0,
+            default=chosen(args, "fused-loss", args.with_fused_loss),
         )
     )
     for part in later:

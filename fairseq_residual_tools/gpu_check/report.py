@@ -240,6 +240,7 @@ def report_markdown(record: dict, root) -> str:
         ("torchrun", "torchrun through scripts/train.sh"),
         ("bench", "Benchmark on the GPU"),
         ("compiled", "Training throughput: stock eager, plugin eager, plugin compiled"),
+        ("fused-loss", "The fused loss beside fairseq's: step time and peak memory"),
     ]:
         if key in record:
             lines += ["", f"## {title}", "", f"`{record[key]['command']}`: {record[key]['outcome']}"]

@@ -162,3 +162,22 @@ def test_only_runs_the_parts_named_and_the_claims_then_get_the_whole_budget(esti
     gained = default["precision"].estimate_s + default["bench"].estimate_s
     assert claims["claims"].estimate_s - default["claims"].estimate_s == pytest.approx(gained)
     assert plan.default_seconds(list(claims.values())) == pytest.approx(plan.BUDGET_S)
+
+
+def test_the_fused_loss_part_is_opt_in_and_measures_both_criteria_at_iwslt_and_wmt_in_fp16_bf16(estimator, tmp_path):
+    default = parts_of(["--out", str(tmp_path)], estimator)
+    assert not default["fused-loss"].default
+    alone = parts_of(["--only", "fused-loss", "--out", str(tmp_path)], estimator)
+    assert [p.name for p in alone.values() if p.default] == ["fused-loss"]
+    (run,) = alone["fused-loss"].runs
+    assert " -m fairseq_residual_tools.bench.fused_loss --device cuda --kernel auto " in options(run)
+    assert "--sizes iwslt-e6d6 wmt-e6d6 --precisions fp16 bf16 --schemes pre residual" in options(run)
+    assert options(run).endswith(f"--out {tmp_path / 'fused-loss'}")
+    # eight fresh processes, each at least the minimum seconds: within the window alone
+    assert 8 * plan.FUSED_LOSS_MIN_S < alone["fused-loss"].estimate_s
+    assert plan.default_seconds(list(alone.values())) <= plan.BUDGET_S
+    both = parts_of(["--with-fused-loss", "--out", str(tmp_path)], estimator)
+    # beside the default parts it takes its time from the claims' trainings (down to their floor)
+    assert both["fused-loss"].default and both["claims"].estimate_s < default["claims"].estimate_s
+    tiny = parts_of(["--cpu-tiny", "--with-fused-loss", "--out", str(tmp_path)], estimator)["fused-loss"].runs[0]
+    assert "--device cpu --sizes tiny --precisions fp32" in options(tiny)
