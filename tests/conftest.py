@@ -5,10 +5,10 @@ Helpers (tiny models, CLI runs) are in helpers.py."""
 import pytest
 import torch
 
-#: the longest test files, in seconds of one worker (`pytest -n 2 --durations=0`, summed per file, on the 2-core CI
-#: machine at 80c2070, 2026-12-07). ``make test`` hands whole files to its workers (--dist loadfile) in collection order; a long
-#: file handed out near the end keeps one worker busy while the other has nothing left, so these go first, longest
-#: first (a stale figure costs only balance, never a test)
+#: the longest test files, in seconds of one worker (`pytest -n 2 --durations=0`, summed per file, on the 2-core
+#: machine at 80c2070, 2026-12-07). ``make test`` hands whole files to its workers (--dist loadfile) in collection
+#: order; a long file handed out near the end keeps one worker busy while the other has nothing left, so these go
+#: first, longest first (a stale figure costs only balance, never a test)
 LONGEST_FILES = {
     "tests/plugin/test_compile.py": 211,
     "tests/plugin/test_compiled_training.py": 115,
