@@ -148,12 +148,15 @@ def test_on_the_cpu_it_declines_in_one_line_from_the_width_inductor_loses_at(dem
     assert compiled == eager
 
 
-def test_without_a_cpp_compiler_the_first_step_names_the_fix(demo_databin, monkeypatch):
+def test_without_a_cpp_compiler_the_first_step_names_the_fix(demo_databin, monkeypatch, tmp_path):
     from torch._inductor import config
 
     monkeypatch.setattr(config.cpp, "cxx", ("no-such-compiler++",))
+    # fairseq's Trainer saves crash.pt into --save-dir before it re-raises: a folder of the test's, not ./checkpoints
+    cfg = training_config(demo_databin.databin, "--torch-compile", "--save-dir", str(tmp_path))
     with pytest.raises(ConfigError, match=r"--torch-compile on the CPU needs a C\+\+ compiler .*\(apt install g\+\+\)"):
-        trainer_losses(training_config(demo_databin.databin, "--torch-compile"), 1)
+        trainer_losses(cfg, 1)
+    assert (tmp_path / "crash.pt").exists()
 
 
 def json_losses(log):

@@ -160,3 +160,33 @@ def test_report_gives_speed_ratios_to_pre_ln_times_beside_estimates_and_the_node
         "not run: 20 s of the budget left",
     ] in rows
     assert "GPUs: NVIDIA H200 (CUDA 13.0)" in text and "torch 2.11.0+cu130, numpy 2.5.2" in text
+
+
+def test_the_fused_loss_part_reads_its_record_into_one_line_of_the_report(tmp_path):
+    """The opt-in part's outcome (cli) from bench.fused_loss's record, and its section of report.md; the part runs
+    end to end on the simulated node (results/gpu-check/simulated-node-fused-loss)."""
+    from fairseq_residual_tools.gpu_check.cli import _fused_loss_outcome
+
+    def row(ratio, saved, kernel):
+        return {"speed_ratio": ratio, "peak_saved_mb": saved, "fused": {"kernel": kernel}}
+
+    path = tmp_path / "fused-loss.json"
+    path.write_text(json.dumps({"rows": [row(1.31, 412.4, "liger"), row(0.97, 120.0, "torch")]}))
+    line = _fused_loss_outcome(path)
+    assert line == (
+        "fused x stock 0.97 to 1.31 over 2 row(s), peak memory 120 to 412 MB lower, kernel liger, torch "
+        "(fused-loss/fused-loss.md)"
+    )
+    record = {
+        "command": "c",
+        "provenance": provenance(),
+        "cpu_tiny": False,
+        "timings": [],
+        "gpus": ["H100"],
+        "cuda": "13.0",
+        "assumptions": "a",
+    }
+    record["fused-loss"] = {"command": "python -m fairseq_residual_tools.bench.fused_loss", "outcome": line}
+    text = report_markdown(record, ROOT)
+    section = text.split("## The fused loss beside fairseq's: step time and peak memory")[1]
+    assert f"`python -m fairseq_residual_tools.bench.fused_loss`: {line}" in section
