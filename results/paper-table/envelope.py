@@ -23,6 +23,12 @@ GROUPS = [
 #: updates a run trains at each depth: E6D6 and E12D12 where the first study's slowest run with warmup ended
 #: (ResiDual, 8,750 and 10,000); E18D18's is fixed by its pilot: the range shows what it would cost
 BUDGETS = {6: [8750], 12: [10000], 18: [8000, 12000]}
+#: the issue's envelope (hours of this machine, two runs at a time) and what a cut removes first: whole groups, then
+#: E18D18's schemes from the last of the paper's order of interest
+ENVELOPE_H = 30.0
+CUT_GROUPS = ["E12D12 seed 1", "E6D6 seed 2"]
+#: Post-LN E6D6 trained on to E6D6's budget anew (``bible_extend --anew``): one run beside the plan, at Pre-LN's pace
+EXTENSIONS = [("post", 6)]
 #: schemes not measured at a depth, and the run whose pace they take (same sub-layers, no extra stream or history)
 ASSUMED = {
     "post": "pre",
@@ -64,6 +70,23 @@ def main() -> None:
     headers = ["group", "runs", "updates each", "s / update, side by side", "hours of one core", "hours two at a time"]
     print(table(headers, rows))
     print(f"\nThe whole plan, two at a time: {low:.1f} to {high:.1f} hours (E18D18's budget from 8,000 to 12,000).")
+    extension = sum(pace_of(s, d, paces)[0] * BUDGETS[d][0] for s, d in EXTENSIONS) / 3600 / 2
+    print(f"\nThe cut, to fit the issue's {ENVELOPE_H:.0f} hours (Post-LN E6D6's extension, {extension:.1f} h, kept):\n")
+    for i, budget in enumerate(BUDGETS[18]):
+        kept = {k: v[min(i, len(v) - 1)] for k, v in totals.items()}
+        total, cut = sum(kept.values()) + extension, []
+        for group in CUT_GROUPS:
+            if total > ENVELOPE_H:
+                hours = kept.pop(group)
+                total -= hours
+                cut.append(f"{group} ({hours:.1f} h)")
+        e18 = next(schemes for depth, _, schemes in GROUPS if depth == 18)
+        for scheme in reversed(e18):
+            if total > ENVELOPE_H:
+                hours = pace_of(scheme, 18, paces)[0] * budget / 3600 / 2
+                total -= hours
+                cut.append(f"E18D18 {scheme} ({hours:.1f} h)")
+        print(f"- E18D18 at {budget:,} updates: cut {', '.join(cut) or 'nothing'}; {total:.1f} hours left.")
     print(f"\n{describe(provenance())}")
 
 
