@@ -4,7 +4,8 @@ depth, warmup and seed, who ends best, whether ResiDual's early gap to Pre-LN cl
 ``attn-res``) end against it, and who failed by the rule; for each depth and warmup
 trained at several seeds, each scheme's spread and whether the order holds; for each depth and seed, what training
 without warmup does to each scheme against its run with warmup (the paper's ablation); for each deeper depth, warmup
-and seed, each scheme against itself at the shallower depth (who fails only at depth: the paper's E12D12 column).
+and seed, each scheme against itself at the shallower depth (who fails only at depth: the paper's E12D12 column), and
+whether the schemes' order by BLEU at the shallowest depth holds there (the paper's E6D6 against its E18D18).
 
 The early gap is the difference of validation losses at update ``EARLY``; the end gap the difference of each run's
 best validation loss (where the plateau rule ended it):
@@ -35,11 +36,17 @@ NAMES = {
     "hc": "HC",
     "siamese": "SiameseNorm",
     "attn-res": "Attention Residuals",
+    "deepnet": "DeepNet",
+    "admin": "Admin",
+    "tfixup": "T-Fixup",
+    "b2t": "B2T",
+    "dlcl": "DLCL",
 }
 
 AFTER_RESIDUAL = ("hc", "siamese", "attn-res")  # the designs that came after ResiDual: tested against it too
-# what each cell's reading holds against ResiDual: its option, and the designs that came after it
-AGAINST_RESIDUAL = {"residual:scale=0.5": "Output scale 0.5", **{s: NAMES[s] for s in AFTER_RESIDUAL}}
+PAPER_BASELINES = ("deepnet", "admin", "tfixup", "b2t", "dlcl")  # the paper's tables hold ResiDual against these
+# what each cell's reading holds against ResiDual: its option, the paper's baselines and the designs after it
+AGAINST_RESIDUAL = {"residual:scale=0.5": "Output scale 0.5", **{s: NAMES[s] for s in PAPER_BASELINES + AFTER_RESIDUAL}}
 
 
 def name(scheme: str) -> str:
@@ -120,7 +127,7 @@ def cell_reading(runs: Sequence[Dict], compared: Sequence[Dict]) -> List[str]:
         c = tested(best, second) or tested(second, best)
         if c is not None and c["scheme"] != best:  # tested the other way round: the best's difference is the negative
             c = dict(c, delta=-c["delta"])
-        if c is not None:
+        if c is not None and {best, second} != {"residual", "pre"}:  # that pair has its own line below
             lines.append(f"{name(best)} against {name(second)}: {bleu_difference(c)}.")
         same_budget = at_equal_updates(trained)
         if same_budget:
@@ -251,6 +258,48 @@ def depth_reading(results: Sequence[Dict], compared: Sequence[Dict]) -> List[str
     return paragraphs
 
 
+def order_reading(results: Sequence[Dict]) -> List[str]:
+    """For each deeper depth, warmup and seed: the order by BLEU of the schemes trained there and at the shallowest
+    depth of the same warmup and seed (the runs that failed at either aside, named), and which pairs swap places."""
+    paragraphs = []
+    cells = dict.fromkeys((r["layers"], r["warmup"], r["seed"]) for r in results)
+    for layers, warmup, seed in cells:
+        shallowest = min(d for d, w, k in cells if (w, k) == (warmup, seed))
+        if layers == shallowest:
+            continue
+        at = {
+            d: {r["scheme"]: r for r in results if (r["layers"], r["warmup"], r["seed"]) == (d, warmup, seed)}
+            for d in (shallowest, layers)
+        }
+        both = [s for s in at[layers] if s in at[shallowest]]
+        failed = [s for s in both if at[layers][s]["fails"] or at[shallowest][s]["fails"]]
+        common = [s for s in both if s not in failed]
+        if len(common) < 2:
+            continue
+        order = {d: sorted(common, key=lambda s: -at[d][s]["bleu"]) for d in at}
+        rank = {d: {s: n for n, s in enumerate(order[d])} for d in at}
+        swapped = [
+            f"{name(a)} and {name(b)}"
+            for n, a in enumerate(order[shallowest])
+            for b in order[shallowest][n + 1 :]
+            if rank[layers][a] > rank[layers][b]
+        ]
+        head = f"**The order at E{shallowest}D{shallowest} against E{layers}D{layers}, "
+        head += f"{'with' if warmup else 'without'} warmup, seed {seed}** (by BLEU, best first"
+        head += f"; failed at either depth, left out: {', '.join(map(name, failed))})" if failed else ")"
+        listed = {d: ", ".join(name(s) for s in order[d]) for d in at}
+        pairs = len(common) * (len(common) - 1) // 2
+        verdict = (
+            "the same order" if not swapped else f"{len(swapped)} of {pairs} pairs swap places: {'; '.join(swapped)}"
+        )
+        paragraphs.append(
+            f"{head}: E{shallowest}D{shallowest} {listed[shallowest]}; E{layers}D{layers} {listed[layers]}: {verdict}. "
+            "An order at one seed, not a ranking the test set tells apart (the comparisons above say which "
+            "differences it does)."
+        )
+    return paragraphs
+
+
 def reading(results: Sequence[Dict], compared: Sequence[Dict]) -> str:
     """Every cell's lines, in the order its first run appears in ``results``, then the spread over seeds
     (``seeds_reading``), what training without warmup did (``warmup_reading``) and what depth did
@@ -262,4 +311,5 @@ def reading(results: Sequence[Dict], compared: Sequence[Dict]) -> str:
         tests = [c for c in compared if (c["layers"], c["warmup"], c["seed"]) == cell]
         parts.append(" ".join(cell_reading(runs, tests)))
     parts += seeds_reading(results, compared) + warmup_reading(results, compared) + depth_reading(results, compared)
+    parts += order_reading(results)
     return "\n\n".join(parts) if parts else "No run has finished yet."

@@ -13,7 +13,7 @@ from ..files import write_json, write_text
 from ..markdown import table, write_block
 from ..provenance import ROOT, describe
 from ..training_log import RULE as FAILS_RULE
-from .bible_reading import AFTER_RESIDUAL, shallower, with_warmup
+from .bible_reading import AFTER_RESIDUAL, PAPER_BASELINES, shallower, with_warmup
 from .bible_reading import reading as computed_reading
 from .plateau import Plateau, best_until
 from .significance import RESAMPLES, Draws, p_text, paired_test, sentence_statistics, with_holm
@@ -47,6 +47,20 @@ README_BLOCK = (
     "<!-- the Bible study's table, written from results/bible-study/results.json by the study: do not edit -->",
     "<!-- end of the Bible study's table -->",
 )
+#: the studies whose table the ``PAGES`` show, by report folder under results/, and the lines around each
+BLOCKS = {
+    "bible-study": README_BLOCK,
+    "paper-table": (
+        "<!-- the paper table's table, written from results/paper-table/results.json by the study: do not edit -->",
+        "<!-- end of the paper table's table -->",
+    ),
+}
+
+
+def published_folder(out) -> Optional[str]:
+    """The name in ``BLOCKS`` of the report folder ``out`` (None: a report no page shows, e.g. a pilot's)."""
+    out = Path(out).resolve()
+    return out.name if out.parent == (ROOT / "results").resolve() and out.name in BLOCKS else None
 
 
 def under_way_text(runs: Sequence[Dict], date: str) -> str:
@@ -201,7 +215,7 @@ def run_list(results: List[Dict], rule: Plateau) -> str:
             r["sacrebleu"] if r["sacrebleu"] is not None else "-",
             f"{r['train_seconds'] / 3600:.1f}",
             f"{r['seconds_per_update']:.2f}" if r.get("seconds_per_update") else "-",
-            r["fails"] or "trained",
+            r["fails"] or ("reused" if r.get("reused_from") else "trained"),
         ]
         for r in results
     ]
@@ -230,7 +244,8 @@ def plan_table(
         if name in done:
             r = done[name]
             fails = f"; fails ({r['fails']})" if r["fails"] else ""
-            where = f"finished at update {r['end_update']}: {r['stop']}{fails}"
+            how = "reused: ended" if r.get("reused_from") else "finished"
+            where = f"{how} at update {r['end_update']}: {r['stop']}{fails}"
             best, quarter = r["best_valid_loss"], last_quarter_gain(r, rule)
         elif name in going:
             r = going[name]
@@ -253,12 +268,13 @@ def hypotheses_file(runs: Path, run: Dict) -> Path:
 
 def baselines(scheme: str) -> Sequence[str]:
     """What a scheme's translations are tested against: Pre-LN, the paper's baseline; ResiDual against Post-LN too
-    (the paper compares it with both); and ResiDual for what is built on it or came after it (its options,
+    (the paper compares it with both); and ResiDual for the paper's other baselines (DeepNet, Admin, T-Fixup, B2T,
+    DLCL: its tables set ResiDual against each) and for what is built on it or came after it (its options,
     Hyper-Connections, SiameseNorm, Attention Residuals)."""
     if scheme == "residual":
         return ("pre", "post")
-    follows_residual = scheme.startswith("residual:") or scheme in AFTER_RESIDUAL
-    return ("pre", "residual") if follows_residual else ("pre",)
+    against_residual = scheme.startswith("residual:") or scheme in AFTER_RESIDUAL + PAPER_BASELINES
+    return ("pre", "residual") if against_residual else ("pre",)
 
 
 class TestSet:
@@ -427,24 +443,43 @@ def test_set_size(runs: Path) -> str:
     return f"{len(set(chapters.read_text(encoding='utf-8').splitlines())):,}" if chapters.is_file() else "?"
 
 
-def published_block(results: Dict) -> str:
-    """What README.md and docs/results.md show of the study's results.json: the BLEU table, how much of the plan
-    has finished, and where the rest is."""
+def published_block(results: Dict, folder: str = "bible-study") -> str:
+    """What README.md and docs/results.md show of the study's results.json (in results/``folder``): the BLEU table,
+    how much of the plan has finished, and where the rest is."""
     runs, planned, cut = results["runs"], plan_names(results), cut_runs(results)
+    report = f"`results/{folder}/README.md`"
     accounted = {r["name"] for r in runs} | set(cut)
     left = [name for name in planned if name not in accounted]
     status = f"{len(runs)} of the {len(planned)} planned runs finished"
     if cut:
-        status += f"; {len(cut)} cut (each named, with the reason, in `results/bible-study/README.md`)"
+        status += f"; {len(cut)} cut (each named, with the reason, in {report})"
     if len(left) > 3:  # a long plan is counted: the report names each run and where it stands
-        status += f"; {len(left)} not yet trained (each named in `results/bible-study/README.md`)"
+        status += f"; {len(left)} not yet trained (each named in {report})"
     elif left:
         status += f"; not yet trained: {', '.join(left)}"
     made = f"{results['provenance']['date'][:10]}, runs trained at {', '.join(sorted({r['git'] for r in runs}))}"
+    reused = [r["name"] for r in runs if r.get("reused_from")]
+    if reused:
+        status += f"; {', '.join(reused)} reused from another study's records"
+    budgets = dict((results.get("settings") or {}).get("budget") or [])
+    end = "each run"
+    if budgets:
+        listed = ", ".join(f"E{d}D{d} {u:,} updates" for d, u in sorted(budgets.items()))
+        end += f" (equal budgets: {listed}; a run the rule fails stops at its plateau)"
     return (
         f"{cell_table(runs, 'bleu', 2, results)}\n\nTest BLEU (tokenised, as the paper's IWSLT table) at the end of "
-        f"each run, mean ± half-range over seeds. {status}. From `results/bible-study/results.json` ({made})."
+        f"{end}, mean ± half-range over seeds. {status}. From `results/{folder}/results.json` ({made})."
     )
+
+
+def reused_text(results: Sequence[Dict]) -> str:
+    """The line naming the runs reported from another study's records (``bible_reuse``), where each came from and
+    the criterion it trained with; empty where none is."""
+    reused = [r for r in results if r.get("reused_from")]
+    if not reused:
+        return ""
+    each = "; ".join(f"`{r['name']}` from `{r['reused_from']}` ({r['criterion']})" for r in reused)
+    return f"**Reused, not trained here** (the same recipe, seed and model, ending at this plan's budget): {each}."
 
 
 def plan_names(meta: Dict) -> List[str]:
@@ -472,10 +507,11 @@ def cut_text(meta: Dict) -> str:
     return f"**Cut: {len(cut['runs'])} runs** ({' and '.join(how)}, not trained, `{' '.join(flags)}`): {cut['reason']}"
 
 
-def publish(results: Dict, pages: Sequence[Path]) -> None:
-    """Replace the study's block of every page in ``pages`` with ``published_block(results)``."""
+def publish(results: Dict, pages: Sequence[Path], folder: str = "bible-study") -> None:
+    """Replace the block of the study in results/``folder`` on every page in ``pages`` with its
+    ``published_block``."""
     for page in pages:
-        write_block(page, *README_BLOCK, published_block(results))
+        write_block(page, *BLOCKS[folder], published_block(results, folder))
 
 
 def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[Dict] = ()):
@@ -498,8 +534,8 @@ def write_report(results: List[Dict], meta: Dict, out: Path, running: Sequence[D
         f"quarter of the run so far, the plateau rule's measure: {rule.describe()}):\n\n"
         f"{plan_table(plan_names(meta), results, running, rule, cut_runs(meta))}"
     )
-    if cut_text(meta):
-        plan += f"\n\n{cut_text(meta)}"
+    for said in (cut_text(meta), reused_text(results)):
+        plan += f"\n\n{said}" if said else ""
     if not results:
         write_json(out / "results.json", {**meta, "runs": []})  # the plan, which a few of its runs trained alone keep
         write_text(
@@ -575,8 +611,9 @@ Signature: `{signature}`.
 A two-sided paired bootstrap of each sacreBLEU difference that resamples the test set's
 {test_set_size(out / "runs")} whole chapters (verses of a chapter share names and style: resampled as if
 independent they understate the noise), {RESAMPLES:,} resamples, the same draws for every comparison
-(`analysis/significance.py`), of each run against Pre-LN of the same depth, warmup and seed, of ResiDual's options
-and the designs that came after it (`hc`, `siamese`, `attn-res`) also against ResiDual, of a cell's best run against
+(`analysis/significance.py`), of each run against Pre-LN of the same depth, warmup and seed, of ResiDual's options,
+the paper's other baselines (`deepnet`, `admin`, `tfixup`, `b2t`, `dlcl`) and the designs that came after it (`hc`,
+`siamese`, `attn-res`) also against ResiDual, of a cell's best run against
 its second where neither is the other's baseline, of each run without warmup against its scheme with warmup of the
 same depth and seed ("with warmup"), and of each run at a deeper depth against its scheme at the nearest depth below,
 of the same warmup and seed (e.g. "pre at E6D6"). "p": how often the resampled difference, centred on zero, is at

@@ -42,7 +42,18 @@ from ..folder_lock import held
 from ..provenance import ROOT, describe_git, git_state, provenance
 from ..runner import PLUGIN_DIR, RunError, fairseq_command
 from ..training_log import TrainLog, divergence, outcome, read_log
-from .bible_report import CHAPTERS, PAGES, REFERENCES, cell_table, hypotheses_file, publish, run_id, write_report
+from .bible_report import (
+    CHAPTERS,
+    PAGES,
+    REFERENCES,
+    cell_table,
+    hypotheses_file,
+    publish,
+    published_folder,
+    run_id,
+    write_report,
+)
+from .bible_reuse import in_plan_order, reused_runs, run_and_record
 from .fingerprint import model_fingerprint
 from .plateau import Plateau
 from .study import RunSpec, print_validation, run_in_pool
@@ -374,6 +385,24 @@ def backfill_test_outputs(results: Sequence[Dict], args, databin) -> None:
             keep_test_output(out_file, records, run, args.tgt, databin)
 
 
+def reused(specs: Sequence[RunSpec], data: Dict, args) -> Dict[str, Dict]:
+    """``--reuse``'s records of planned runs from another study (``bible_reuse``), by run name, each judged by this
+    plan's rule and budget and given where the plateau rule would have stopped it."""
+
+    def judged(record):
+        return judge(record["valid_curve"], record["end_update"], record["fails"] or "", args, record["layers"])
+
+    def train(spec):
+        return " ".join(training_args("DATA", "SAVE", spec, args, 0)[1:])
+
+    records = Path(args.out) / "runs"
+    found = reused_runs(specs, args.reuse, train, data["fingerprints"], judged, budgets(args), records)
+    for record in found.values():
+        if record["layers"] in budgets(args):
+            record.update(budget=budgets(args)[record["layers"]], **plateau_point(record["valid_curve"], args))
+    return found
+
+
 def run_name(spec: RunSpec, data: Dict, args) -> Tuple[str, str]:
     """The run's key and its name ``<spec name>-<key>``: its record's file name in ``OUT/runs`` and its folder in
     ``--work``/runs."""
@@ -576,6 +605,15 @@ def parse_args(argv=None):
         "--cut", nargs="+", metavar="RUN", help="planned runs not to train, by name (pre-e12d12-nowarmup-seed1 ...)"
     )
     p.add_argument("--cut-reason", help="why the plan was cut (--cut-after, --cut): written under the plan's table")
+    p.add_argument(
+        "--reuse",
+        type=run_and_record,
+        nargs="*",
+        default=[],
+        metavar="RUN=RECORD",
+        help="report planned run RUN from another study's record instead of training it (its recipe under another "
+        "criterion, ending at this plan's budget: analysis/bible_reuse.py)",
+    )
     p.add_argument("--report-only", action="store_true", help="rewrite the report from the finished runs' records")
     args = p.parse_args(argv)
     if args.validate_every <= 0 or args.plateau_min_updates % args.validate_every:
@@ -634,6 +672,7 @@ SELECTION = (
     "cut_reason",
     "jobs",
     "zoom_from",
+    "reuse",
 )
 
 
@@ -674,8 +713,11 @@ def main(argv=None):
         spec: model_fingerprint(training_args(data["databin"], Path(args.work) / "fingerprint", spec, args, 0))
         for spec in shown_specs
     }
+    from_elsewhere = reused(shown_specs, data, shown)
     trained, cut = cut_plan(specs, data, args)
     shown_trained, shown_cut = (trained, cut) if shown is args else cut_plan(shown_specs, data, shown)
+    trained = [s for s in trained if s.name not in from_elsewhere]
+    shown_trained = [s for s in shown_trained if s.name not in from_elsewhere]
     meta = dict(
         command=command,
         settings={k: v for k, v in vars(shown).items() if k not in ("work", "out", "report_only")},
@@ -687,10 +729,12 @@ def main(argv=None):
     def report():
         results = (recorded if args.report_only else finished)(shown_specs, data, shown)
         backfill_test_outputs(results, args, data["databin"])
+        results = in_plan_order(results + list(from_elsewhere.values()), shown_specs)
         running = under_way(shown_trained, data, shown)
         write_report(results, {**meta, "provenance": provenance()}, Path(args.out), running)
-        if results and Path(args.out).resolve() == DEFAULT_OUT.resolve():
-            publish({**meta, "provenance": provenance(), "runs": results}, PAGES)
+        folder = published_folder(args.out)
+        if results and folder:
+            publish({**meta, "provenance": provenance(), "runs": results}, PAGES, folder)
         return results
 
     if shown is not args:

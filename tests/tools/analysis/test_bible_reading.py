@@ -271,7 +271,8 @@ def test_each_deeper_run_is_tested_against_its_scheme_at_the_depth_below_and_the
     cells = [[cell.strip() for cell in line.split("|")[1:6]] for line in table.splitlines()]
     assert ["E12D12", "yes", "1", "pre", "pre at E6D6"] in cells
 
-    paragraph = bible_reading.reading(runs, rows).split("\n\n")[-1]
+    *_, paragraph, order = bible_reading.reading(runs, rows).split("\n\n")
+    assert order.startswith("**The order at E6D6 against E12D12, with warmup, seed 1** (by BLEU, best first; failed")
     assert paragraph.startswith(
         "**E12D12 against E6D6, with warmup, seed 1**: Post-LN fails at E12D12 (no progress), not at E6D6 "
         "(BLEU 33.79); Pre-LN BLEU 20.00 at E6D6, 100.00 at E12D12, best validation loss 4.560 and 4.500, ended "

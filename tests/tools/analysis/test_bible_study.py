@@ -488,14 +488,16 @@ def test_the_studys_cut_is_read_from_its_file_one_argument_a_line_and_names_runs
     assert committed.cut and set(committed.cut) < planned and committed.cut_reason
 
 
-def test_the_readme_and_results_page_show_the_studys_table_as_its_results_json_holds_it():
+@pytest.mark.parametrize("folder", sorted(bible_report.BLOCKS))
+def test_the_readme_and_results_page_show_each_studys_table_as_its_results_json_holds_it(folder):
     from fairseq_residual_tools.markdown import block_of
 
-    results_json = bible_study.DEFAULT_OUT / "results.json"
+    results_json = bible_study.DEFAULT_OUT.parent / folder / "results.json"
+    assert bible_report.published_folder(results_json.parent) == folder
     for page in bible_report.PAGES:
-        shown = block_of(page, *bible_report.README_BLOCK)
-        if results_json.exists():
-            expected = bible_report.published_block(json.loads(results_json.read_text()))
+        shown = block_of(page, *bible_report.BLOCKS[folder])
+        if results_json.exists() and json.loads(results_json.read_text())["runs"]:
+            expected = bible_report.published_block(json.loads(results_json.read_text()), folder)
             assert shown == expected, f"{page.name}: run the study with --report-only and commit what it writes"
         else:
             assert shown == "No run has finished yet."
@@ -520,6 +522,16 @@ def test_publish_writes_the_bleu_table_and_what_is_left_of_the_plan_between_the_
     assert "1 of the 6 planned runs finished; 5 not yet trained (each named in `results/bible-study/README.md`)" in (
         page.read_text()
     )
+    # the paper table's block on the same page, its figures at the study's budgets, its folder named
+    other = bible_report.BLOCKS["paper-table"]
+    page.write_text(page.read_text() + f"{other[0]}\nold\n{other[1]}\n")
+    bible_report.publish({**many, "settings": {"budget": [[6, 8750]]}}, [page], "paper-table")
+    text = page.read_text()
+    assert (
+        "at the end of each run (equal budgets: E6D6 8,750 updates; a run the rule fails stops at its plateau)" in text
+    )
+    assert "(each named in `results/paper-table/README.md`). From `results/paper-table/results.json`" in text
+    assert text.count("20.25") == 2 and bible_report.published_folder(tmp_path / "results" / "paper-table") is None
 
 
 def test_a_runs_key_is_the_same_in_a_checkout_at_another_path(monkeypatch):
