@@ -27,7 +27,8 @@ BUDGETS = {6: [8750], 12: [10000], 18: [8000, 12000]}
 #: E18D18's schemes from the last of the paper's order of interest
 ENVELOPE_H = 30.0
 CUT_GROUPS = ["E12D12 seed 1", "E6D6 seed 2"]
-#: Post-LN E6D6 trained on to E6D6's budget anew (``bible_extend --anew``): one run beside the plan, at Pre-LN's pace
+#: Post-LN E6D6 trained anew to E6D6's budget (the first study's run ended short of it, its checkpoints lost): one run
+#: beside the five baselines, at Pre-LN's pace
 EXTENSIONS = [("post", 6)]
 #: schemes not measured at a depth, and the run whose pace they take (same sub-layers, no extra stream or history)
 ASSUMED = {
@@ -71,7 +72,7 @@ def main() -> None:
     print(table(headers, rows))
     print(f"\nThe whole plan, two at a time: {low:.1f} to {high:.1f} hours (E18D18's budget from 8,000 to 12,000).")
     extension = sum(pace_of(s, d, paces)[0] * BUDGETS[d][0] for s, d in EXTENSIONS) / 3600 / 2
-    print(f"\nThe cut, to fit the issue's {ENVELOPE_H:.0f} hours (Post-LN E6D6's extension, {extension:.1f} h, kept):\n")
+    print(f"\nThe cut, to fit the issue's {ENVELOPE_H:.0f} hours (Post-LN E6D6 trained anew, {extension:.1f} h, kept):\n")
     for i, budget in enumerate(BUDGETS[18]):
         kept = {k: v[min(i, len(v) - 1)] for k, v in totals.items()}
         total, cut = sum(kept.values()) + extension, []
