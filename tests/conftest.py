@@ -2,6 +2,8 @@
 
 Helpers (tiny models, CLI runs) are in helpers.py."""
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -34,6 +36,17 @@ LONGEST_FILES = {
     "tests/tools/analysis/test_bible_study.py": 21,
     "tests/tools/test_packaging.py": 21,
 }
+
+
+@pytest.fixture(autouse=True)
+def no_checkpoints_folder_in_the_working_directory():
+    """fairseq-train makes ./checkpoints wherever it runs without --save-dir (even with --no-save): a test's training
+    writes into its own folders, never into the checkout the tests run from."""
+    stray = Path.cwd() / "checkpoints"
+    there = stray.exists()
+    yield
+    if not there and stray.exists():
+        pytest.fail(f"the test made {stray}: give its training a --save-dir of its own")
 
 
 def pytest_collection_modifyitems(config, items):

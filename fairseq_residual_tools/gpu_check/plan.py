@@ -142,8 +142,9 @@ def _time_limit(scale: Scale, seconds: float) -> List[object]:
     return [] if scale.cpu else ["--stop-time-hours", f"{seconds / 3600:.4f}"]
 
 
-def precision_command(databin, scheme: str, precision: str, scale: Scale, stop_s: float) -> List[str]:
-    """fairseq-train at the precision depth: no checkpoints, no validation, JSON logs every 10 updates."""
+def precision_command(databin, work: Path, scheme: str, precision: str, scale: Scale, stop_s: float) -> List[str]:
+    """fairseq-train at the precision depth: no checkpoints, no validation, JSON logs every 10 updates; its
+    ``--save-dir`` under ``work`` (fairseq makes that folder even with ``--no-save``: ./checkpoints otherwise)."""
     return fairseq_command(
         "train",
         databin,
@@ -154,7 +155,8 @@ def precision_command(databin, scheme: str, precision: str, scale: Scale, stop_s
         *("--lr-scheduler", "inverse_sqrt", "--warmup-updates", 100),
         *("--criterion", "label_smoothed_cross_entropy", "--label-smoothing", "0.1"),
         *("--max-tokens", scale.max_tokens, "--max-update", scale.precision_updates, "--no-save"),
-        *("--disable-validation", "--seed", 1, "--num-workers", 0, *_time_limit(scale, stop_s)),
+        *("--save-dir", work / "precision", "--disable-validation", "--seed", 1, "--num-workers", 0),
+        *_time_limit(scale, stop_s),
         *("--log-format", "json", "--log-interval", max(1, scale.precision_updates // 20)),
         *_device_options(scale),
         *PRECISIONS[precision],
@@ -408,7 +410,7 @@ def build(args, estimator: Estimator, gpus: int, spent: Optional[float] = None) 
             w = precision_workloads[scheme]
             seconds = start + scale.precision_updates * estimator.update(w, precision, reduced + single * speedup)
             skip = CPU_UNSUPPORTED.get(precision) if scale.cpu else None
-            cmd = precision_command(databin, scheme, precision, scale, stop_s=2 * seconds)
+            cmd = precision_command(databin, work, scheme, precision, scale, stop_s=2 * seconds)
             runs.append(Run(f"{precision} {scheme}", cmd, f"{precision}-{scheme}.log", seconds, w, skip=skip))
     if not args.skip_torchrun:
         per_update = estimator.update(torchrun_workload, "fp32", single + reduced / speedup)
