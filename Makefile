@@ -52,9 +52,9 @@ $(STAMP): pyproject.toml setup.py constraints.txt fairseq_residual/quiet.py
 	touch $(STAMP)
 
 # one test process more than cores (pytest-xdist; a file's tests stay in one process, with its fixtures): the tests
-# wait on forks, kills and locks, so two processes left the 2-core machine's cores idle at times (960 s; three: 899 s,
-# 196 % CPU, docs/results.md); one torch thread each: tiny models gain nothing from a second thread, and OpenMP
-# threads spinning on a busy core do lose; files handed out in the order tests/conftest.py gives them (longest first)
+# wait on forks, kills and locks; on the 2-core machine two processes kept it 193 % busy (960 s), three 196 % (899 s;
+# one run each, about the run-to-run noise: docs/results.md); one torch thread each: tiny models gain nothing from a
+# second thread, and OpenMP threads spinning on a busy core do lose; files handed out longest first (tests/conftest.py)
 TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 test: $(STAMP)
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile \
