@@ -1,5 +1,5 @@
 # make install -- create .venv (once), install the package with every extra at the tested versions (constraints.txt)
-# make test    -- same environment, then the test suite on every core and one more (TEST_WORKERS=1: one process;
+# make test    -- same environment, then the test suite on every core (TEST_WORKERS=1: one process;
 #                 pytest -m "not slow" skips the fairseq subprocess tests)
 # make lint    -- ruff (lint + format check) over the repository, mypy (check_untyped_defs) on the plugin and the tools
 # make demo    -- same environment, then train Post-LN / Pre-LN / ResiDual on the embedded corpus (report: work/demo/)
@@ -51,11 +51,11 @@ $(STAMP): pyproject.toml setup.py constraints.txt fairseq_residual/quiet.py
 	$(PIP) -c constraints.txt -e '.[data,analysis,tensorboard,test]'
 	touch $(STAMP)
 
-# one test process more than cores (pytest-xdist; a file's tests stay in one process, with its fixtures): the tests
-# wait on forks, kills and locks; on the 2-core machine two processes kept it 193 % busy (960 s), three 196 % (899 s;
-# one run each, about the run-to-run noise: docs/results.md); one torch thread each: tiny models gain nothing from a
-# second thread, and OpenMP threads spinning on a busy core do lose; files handed out longest first (tests/conftest.py)
-TEST_WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
+# as many test processes as cores (pytest-xdist; a file's tests stay in one process, with its fixtures; a third
+# process on two cores gained nothing measurable: docs/results.md), one torch thread each: tiny models gain nothing
+# from a second thread, and OpenMP threads spinning on a busy core do lose; files handed out in the order
+# tests/conftest.py gives them (longest first), not xdist's (most tests first)
+TEST_WORKERS ?= auto
 test: $(STAMP)
 	OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 $(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadfile \
 		--no-loadscope-reorder tests
