@@ -71,9 +71,16 @@ def reused_record(spec: RunSpec, path: Path, train: str, fingerprint: str, judge
     today's rule and ``budgets`` (by depth) give the record's curve (``bible_study.judge``)."""
     if not path.is_file():
         raise ConfigError(f"--reuse {spec.name}={path}: no such record")
-    record = json.loads(path.read_text(encoding="utf-8"))
-    source = trained_run(record, path)
     fields = ("scheme", "layers", "warmup", "seed")
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+        source = trained_run(record, path)
+        missing = [k for k in (*fields, "end_update", "valid_curve") if k not in record]
+        missing += [k for k in ("train_command", "fingerprint") if k not in source]
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        raise DataError(f"--reuse {spec.name}={path}: not a readable record ({error})") from None
+    if missing:
+        raise DataError(f"--reuse {spec.name}={path}: not a study's run record (no {', '.join(missing)})")
     if tuple(record[k] for k in fields) != tuple(getattr(spec, k) for k in fields):
         theirs = ", ".join(f"{k} {record[k]}" for k in fields)
         raise ConfigError(f"--reuse {spec.name}={path}: that record is another run ({theirs})")

@@ -98,6 +98,12 @@ def test_a_record_that_is_not_the_planned_run_is_refused_in_one_line_that_says_w
         paper_table(tmp_path, "--reuse", f"{PRE}={record}")
     with pytest.raises(SystemExit):
         bible_study.parse_args(["--reuse", "pre-e6d6-warmup-seed1"])  # no record named
+    (tmp_path / "cut.json").write_text(record.read_text()[:100])  # a record cut short
+    with pytest.raises(DataError, match="cut.json: not a readable record"):
+        paper_table(tmp_path, "--reuse", f"{PRE}={tmp_path / 'cut.json'}")
+    (tmp_path / "other.json").write_text('{"name": "a bench record"}')
+    with pytest.raises(DataError, match="other.json: not a study's run record \\(no scheme, layers"):
+        paper_table(tmp_path, "--reuse", f"{PRE}={tmp_path / 'other.json'}")
 
 
 def test_an_extensions_record_is_reused_with_the_recipe_of_the_run_it_extends_and_its_own_test_set(
