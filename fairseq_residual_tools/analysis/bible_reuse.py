@@ -21,7 +21,7 @@ import json
 import re
 import shutil
 from pathlib import Path
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Sequence, Set, Tuple
 
 from ..errors import ConfigError, DataError
 from ..provenance import ROOT
@@ -138,6 +138,21 @@ def place_translations(record: Dict, path: Path, records: Path) -> None:
         shutil.copyfile(translations, hypotheses_file(records, record))
 
 
+#: a run's name (``RunSpec.name``): its depth is the number after "-e"
+RUN_NAME = re.compile(r"^.+-e(\d+)d\1-(?:no)?warmup-seed\d+$")
+
+
+def relevant(reuse: Sequence[Tuple[str, str]], depths: Set[int]) -> List[Tuple[str, str]]:
+    """``--reuse``'s entries but those of a depth the command does not plan (one cell of another depth from
+    ``@plan.args``, whose list names the shallow runs), said in a line; a name at a planned depth, or no run's name,
+    stays: ``reused_runs`` refuses it if it is not a planned run."""
+    aside = [(n, int(m.group(1))) for n, _ in reuse if (m := RUN_NAME.match(n)) and int(m.group(1)) not in depths]
+    if aside:
+        names, their = ", ".join(n for n, _ in aside), ", ".join(str(d) for d in sorted({d for _, d in aside}))
+        print(f"--reuse {names}: runs of depth {their}, which this command does not plan: left aside", flush=True)
+    return [(n, path) for n, path in reuse if n not in dict(aside)]
+
+
 def reused_runs(
     specs: Sequence[RunSpec], reuse: Sequence[Tuple[str, str]], train, fingerprints, judge, budgets, records
 ):
@@ -145,6 +160,7 @@ def reused_runs(
     ``train(spec)`` gives the plan's fairseq-train arguments as a record writes them, ``fingerprints`` today's by
     spec."""
     planned = {s.name: s for s in specs}
+    reuse = relevant(reuse, {s.layers for s in specs})
     found: Dict[str, Dict] = {}
     for name, path in reuse:
         if name not in planned:

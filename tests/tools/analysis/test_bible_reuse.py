@@ -106,6 +106,28 @@ def test_a_record_that_is_not_the_planned_run_is_refused_in_one_line_that_says_w
         paper_table(tmp_path, "--reuse", f"{PRE}={tmp_path / 'other.json'}")
 
 
+def test_a_command_that_plans_another_depth_leaves_plan_args_reuse_aside_and_says_so(tmp_path, monkeypatch, capsys):
+    """One E18D18 cell from ``@plan.args`` (whose --reuse names E6D6 runs) with ``--groups 18:1`` stopped at the reuse
+    ("not a run of the plan") unless the command ended with an empty ``--reuse``."""
+    trainer = faked_study(monkeypatch)
+    record = first_study(tmp_path)
+    capsys.readouterr()
+    argv = [*common(tmp_path), "--out", str(tmp_path / "deep"), "--criterion", "fused", "--schemes", "pre"]
+    argv += ["--jobs", "1", "--groups", "18:1", "--budget", "18=2500"]
+    argv += ["--reuse", f"{PRE}={record}", "pre-e12d12-nowarmup-seed1=missing.json"]
+    (deep,) = bible_study.main(argv)
+    assert deep["name"] == "pre-e18d18-warmup-seed1" and "reused_from" not in deep and len(trainer.targets) == 20
+    note = [line for line in capsys.readouterr().out.splitlines() if line.startswith("--reuse")]
+    assert note == [
+        f"--reuse {PRE}, pre-e12d12-nowarmup-seed1: runs of depth 6, 12, which this command does not plan: left aside"
+    ]
+    # a name at a planned depth that is not a planned run is still refused: a typo does not train for hours
+    with pytest.raises(ConfigError, match="--reuse pre-e18d18-warmup-seed2: not a run of the plan"):
+        bible_study.main([*argv, "pre-e18d18-warmup-seed2=x.json"])
+    with pytest.raises(ConfigError, match="--reuse pre-e6d6-warmup: not a run of the plan"):
+        bible_study.main([*argv, "pre-e6d6-warmup=x.json"])
+
+
 def test_an_extensions_record_is_reused_with_the_recipe_of_the_run_it_extends_and_its_own_test_set(
     tmp_path, monkeypatch
 ):
