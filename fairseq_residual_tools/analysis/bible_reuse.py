@@ -150,7 +150,8 @@ def relevant(reuse: Sequence[Tuple[str, str]], depths: Set[int]) -> List[Tuple[s
     if aside:
         names, their = ", ".join(n for n, _ in aside), ", ".join(str(d) for d in sorted({d for _, d in aside}))
         print(f"--reuse {names}: runs of depth {their}, which this command does not plan: left aside", flush=True)
-    return [(n, path) for n, path in reuse if n not in dict(aside)]
+    left = {n for n, _ in aside}
+    return [(n, path) for n, path in reuse if n not in left]
 
 
 def reused_runs(
